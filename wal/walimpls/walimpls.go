@@ -1,0 +1,150 @@
+package walimpls
+
+import (
+	"context"
+	"errors"
+
+	"github.com/consumerd/consumerd/wal/message"
+)
+
+// ErrFenced is returned by Append on a WAL whose term has been superseded: a
+// writer opened the same channel with a higher term. Once an Append of a WAL
+// has returned ErrFenced, every later Append of that WAL returns it too.
+// Callers must never retry it.
+var ErrFenced = errors.New("wal: writer fenced by a higher term")
+
+// ErrTruncated is returned (wrapped) by Read, or reported by a scanner's
+// Error, when the requested start position was already removed by retention
+// or Truncate. It is never a silent skip to the first retained message.
+var ErrTruncated = errors.New("wal: start position truncated")
+
+// ErrClosed is returned (wrapped) by operations on a closed WAL or opener.
+var ErrClosed = errors.New("wal: closed")
+
+// ErrScannerClosed is what a scanner's Error reports after Close was called on it.
+var ErrScannerClosed = errors.New("wal: scanner closed")
+
+// DeliverKind says where a scanner starts.
+type DeliverKind int
+
+const (
+	// DeliverKindAll starts at the oldest retained message.
+	DeliverKindAll DeliverKind = iota
+	// DeliverKindLatest delivers only messages appended after the scanner opened.
+	DeliverKindLatest
+	// DeliverKindStartFrom starts at ID, inclusive.
+	DeliverKindStartFrom
+	// DeliverKindStartAfter starts after ID, exclusive.
+	DeliverKindStartAfter
+)
+
+// DeliverPolicy is a scanner's start position. Build one with DeliverAll,
+// DeliverLatest, DeliverStartFrom or DeliverStartAfter.
+type DeliverPolicy struct {
+	Kind DeliverKind
+	ID   message.MessageID
+}
+
+// DeliverAll starts at the oldest retained message.
+func DeliverAll() DeliverPolicy { return DeliverPolicy{Kind: DeliverKindAll} }
+
+// DeliverLatest delivers only messages appended after the scanner opened.
+func DeliverLatest() DeliverPolicy { return DeliverPolicy{Kind: DeliverKindLatest} }
+
+// DeliverStartFrom starts at id, inclusive.
+func DeliverStartFrom(id message.MessageID) DeliverPolicy {
+	return DeliverPolicy{Kind: DeliverKindStartFrom, ID: id}
+}
+
+// DeliverStartAfter starts after id, exclusive. DeliverStartAfter(0) is DeliverAll.
+func DeliverStartAfter(id message.MessageID) DeliverPolicy {
+	return DeliverPolicy{Kind: DeliverKindStartAfter, ID: id}
+}
+
+// OpenOption says which channel to open and with which term.
+type OpenOption struct {
+	// Channel is the channel name, e.g. "words/0003" or "recovery/shard-1".
+	// Backends map it to a legal name of their own; distinct channel names
+	// must map to distinct backend names.
+	Channel string
+	// Term fences writers. Zero opens an unfenced WAL (readers, topic
+	// publishers). A non-zero term higher than any seen on the channel fences
+	// every WAL opened with a lower term: from the moment Open returns, their
+	// Appends fail with ErrFenced. Opening with a term lower than the
+	// channel's current term succeeds, but its appends fail with ErrFenced.
+	Term uint64
+}
+
+// OpenerBuilderImpls builds openers of one backend. It is registered by name.
+type OpenerBuilderImpls interface {
+	// Name is the backend's registry name, e.g. "jetstream" or "memory".
+	Name() string
+	// Build creates an opener (a connection to the backend).
+	Build() (OpenerImpls, error)
+}
+
+// OpenerImpls opens channels of one backend connection.
+type OpenerImpls interface {
+	// Open opens (creating if needed) the channel named in opt. It is safe to
+	// call concurrently and for many channels.
+	Open(ctx context.Context, opt *OpenOption) (WALImpls, error)
+	// Close releases the connection. WALs opened from it must be closed first.
+	Close()
+}
+
+// WALImpls is one open channel of a backend.
+type WALImpls interface {
+	// WALName is the backend's name.
+	WALName() string
+	// Channel is the channel name this WAL was opened on.
+	Channel() string
+	// Append stores msg and returns its id once durable (per the backend's
+	// durability setting). Safe to call concurrently: every acknowledged
+	// append is read back exactly once, in id order. Returns ErrFenced when
+	// the WAL's term was superseded; ctx errors when ctx ends first (the
+	// message may or may not have been stored).
+	Append(ctx context.Context, msg message.MutableMessage) (message.MessageID, error)
+	// Read opens a scanner at opt.DeliverPolicy. A start position removed by
+	// Truncate or retention fails with an error wrapping ErrTruncated, either
+	// from Read or from the scanner's Error.
+	Read(ctx context.Context, opt ReadOption) (ScannerImpls, error)
+	// LastID is the id of the last message appended and visible to scanners,
+	// or 0 if none. Used to tell when a reader has caught up and to compute lag.
+	LastID(ctx context.Context) (message.MessageID, error)
+	// Truncate removes every message with an id below id. Reads from a removed
+	// position then fail with ErrTruncated; DeliverAll starts at id (or the
+	// first message after it).
+	Truncate(ctx context.Context, id message.MessageID) error
+	// Close releases the WAL. Appends after Close fail with an error wrapping
+	// ErrClosed. Scanners opened from it are closed.
+	Close()
+}
+
+// ReadOption configures a backend scanner.
+type ReadOption struct {
+	// Name names the scanner in logs and metrics.
+	Name string
+	// DeliverPolicy is where the scanner starts.
+	DeliverPolicy DeliverPolicy
+	// ReadAheadBufferSize bounds the messages buffered ahead of the reader; 0
+	// lets the backend choose.
+	ReadAheadBufferSize int
+}
+
+// ScannerImpls delivers a channel's messages in id order.
+type ScannerImpls interface {
+	// Name is the scanner's name from its ReadOption.
+	Name() string
+	// Chan delivers messages in strictly increasing id order. It is closed
+	// when the scanner stops (Close, an error, or the WAL closing).
+	Chan() <-chan message.ImmutableMessage
+	// Error says why the scanner stopped: ErrScannerClosed after Close, an
+	// error wrapping ErrTruncated, ErrClosed, or a backend error. Valid after
+	// Done is closed; nil before.
+	Error() error
+	// Done is closed when the scanner has stopped and Chan is closed.
+	Done() <-chan struct{}
+	// Close stops the scanner promptly and waits for it to stop. Safe to call
+	// more than once. Returns nil.
+	Close() error
+}
