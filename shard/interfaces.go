@@ -1,0 +1,94 @@
+package shard
+
+import (
+	"context"
+
+	"github.com/linxGnu/grocksdb"
+
+	"github.com/consumerd/consumerd/topic"
+)
+
+// Shard is the application's view of one running shard primary. It is valid
+// from ShardIniter.InitShard until ShardHalter.HaltShard returns, and only on
+// the goroutine that calls the application (Consume, Flush, InitShard,
+// HaltShard are never called concurrently for one shard).
+type Shard interface {
+	// ID is the shard's id, e.g. "wordcount-0002".
+	ID() string
+	// Spec is the shard's current ShardSpec. Do not modify it.
+	Spec() *Spec
+	// Partition is the partition index this shard reads from each of its
+	// topics (a shard made by `shards create` reads partition i of each).
+	Partition() int
+	// Context is cancelled when the shard halts.
+	Context() context.Context
+
+	// Cache returns the application's per-shard cache (nil until SetCache).
+	// It survives across transactions while this shard stays primary; use it
+	// for hot objects that Consume reads and Flush writes to Transaction.
+	Cache() any
+	// SetCache replaces the per-shard cache.
+	SetCache(any)
+
+	// Database is the shard's RocksDB. It holds only committed, acknowledged
+	// transactions: writes of the open transaction and of a transaction whose
+	// commit is still in flight are not visible in it. Use Get for a read that
+	// sees them. Never write to Database directly: such writes are not
+	// recorded and are lost on failover.
+	Database() *grocksdb.DB
+	// Transaction is the open transaction's write batch: every Put, Delete and
+	// Merge made to it between the first Consume and the end of Flush is
+	// committed atomically with the source offsets, exactly once.
+	Transaction() *grocksdb.WriteBatch
+	// Get reads key as of the open transaction: its own writes, then writes of
+	// transactions still committing, then Database. A missing key returns
+	// (nil, nil). The returned slice is the caller's.
+	Get(key []byte) ([]byte, error)
+	// ReadOptions and WriteOptions are the options the shard uses with Database.
+	ReadOptions() *grocksdb.ReadOptions
+	WriteOptions() *grocksdb.WriteOptions
+}
+
+// Consumer is an application: it turns messages of its topics into state.
+//
+// For each transaction the shard calls Consume once per message, in offset
+// order per partition, then Flush once; then it commits the transaction's
+// batch together with the read offsets to the recovery log, and applies it to
+// Database once the log acknowledged it. A returned error fails the shard
+// (state FAILED, with the error text in etcd): nothing of the open
+// transaction is committed, and other shards keep running.
+type Consumer interface {
+	// Topics names the topics the application consumes.
+	Topics() []string
+	// Consume applies one message to the open transaction.
+	Consume(s Shard, env topic.Envelope, pub *topic.Publisher) error
+	// Flush writes whatever the transaction still holds in the cache to
+	// s.Transaction(). It is called once per transaction, before commit.
+	Flush(s Shard, pub *topic.Publisher) error
+}
+
+// Filterer is optionally implemented by a Consumer to drop keys during
+// RocksDB compaction (wired as the database's compaction filter). It must be
+// a pure function of key and value: it runs on RocksDB's threads.
+type Filterer interface {
+	Filter(level int, key, value []byte) (remove bool)
+}
+
+// ShardIniter is optionally implemented by a Consumer to prepare a shard
+// after it became primary and before its first Consume.
+type ShardIniter interface {
+	InitShard(s Shard) error
+}
+
+// ShardHalter is optionally implemented by a Consumer to release what
+// InitShard took, when the shard stops being primary or the member exits.
+type ShardHalter interface {
+	HaltShard(s Shard)
+}
+
+// OptionsIniter is optionally implemented by a Consumer to adjust the
+// RocksDB options before the shard's database opens (merge operators,
+// block cache, compression).
+type OptionsIniter interface {
+	InitOptions(opts *grocksdb.Options)
+}
