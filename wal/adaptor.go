@@ -1,0 +1,76 @@
+package wal
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/consumerd/consumerd/wal/walimpls"
+)
+
+// NewOpenerBuilder wraps a backend builder into the caller-facing
+// OpenerBuilder: every WAL it opens gets async append, availability, retries
+// with backoff, filters, handler delivery and metrics on top of the backend.
+func NewOpenerBuilder(impls walimpls.OpenerBuilderImpls, opts ...Option) OpenerBuilder {
+	o := defaultOptions()
+	for _, fn := range opts {
+		fn(&o)
+	}
+	return &openerBuilder{impls: impls, opts: o}
+}
+
+type openerBuilder struct {
+	impls walimpls.OpenerBuilderImpls
+	opts  adaptorOptions
+}
+
+func (b *openerBuilder) Name() string { return b.impls.Name() }
+
+func (b *openerBuilder) Build() (Opener, error) {
+	impl, err := b.impls.Build()
+	if err != nil {
+		return nil, fmt.Errorf("wal: build %s opener: %w", b.impls.Name(), err)
+	}
+	return &opener{impl: impl, backend: b.impls.Name(), opts: b.opts, closed: make(chan struct{})}, nil
+}
+
+type opener struct {
+	impl    walimpls.OpenerImpls
+	backend string
+	opts    adaptorOptions
+	closed  chan struct{}
+	once    sync.Once
+}
+
+func (o *opener) retrier() retrier {
+	return retrier{initial: o.opts.retryInitial, max: o.opts.retryMax, attempts: o.opts.retryAttempts,
+		logger: o.opts.logger, backend: o.backend}
+}
+
+// Open opens a channel on the backend, retrying transient errors.
+func (o *opener) Open(ctx context.Context, opt *OpenOption) (WAL, error) {
+	if opt == nil {
+		return nil, fmt.Errorf("wal: open on %s: nil OpenOption", o.backend)
+	}
+	if opt.Channel == "" {
+		return nil, fmt.Errorf("wal: open on %s: empty channel name", o.backend)
+	}
+	var impl walimpls.WALImpls
+	err := o.retrier().do(ctx, o.closed, "open "+opt.Channel, func() error {
+		var err error
+		impl, err = o.impl.Open(ctx, opt)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("wal: open %q (term %d) on %s: %w", opt.Channel, opt.Term, o.backend, err)
+	}
+	return newWAL(impl, o.backend, opt.Term, o.opts), nil
+}
+
+// Close closes the backend connection; safe to call more than once.
+func (o *opener) Close() {
+	o.once.Do(func() {
+		close(o.closed)
+		o.impl.Close()
+	})
+}

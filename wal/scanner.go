@@ -1,0 +1,210 @@
+package wal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/consumerd/consumerd/wal/message"
+	"github.com/consumerd/consumerd/wal/walimpls"
+)
+
+// stopReason says who stopped a scanner.
+type stopReason int
+
+const (
+	stopNone stopReason = iota
+	stopClosed
+	stopWALClosed
+)
+
+// scanner wraps a backend scanner: one goroutine feeds the backend's messages
+// through the filters into the MessageHandler (by default a
+// ChanMessageHandler behind Chan).
+type scanner struct {
+	w        *walAdaptor
+	name     string
+	impl     walimpls.ScannerImpls
+	filters  []MessageFilter
+	handler  MessageHandler
+	out      ChanMessageHandler // nil with a caller's handler
+	ctx      context.Context
+	cancel   context.CancelFunc
+	parent   context.Context
+	done     chan struct{}
+	mu       sync.Mutex
+	reason   stopReason
+	err      error
+	stopOnce sync.Once
+}
+
+// Read opens a scanner. The scanner runs until Close, until ctx ends (Error
+// then wraps ctx.Err()), until the WAL closes (ErrClosed) or the backend
+// scanner fails (its error, e.g. wrapping ErrTruncated).
+func (w *walAdaptor) Read(ctx context.Context, opts ReadOption) (Scanner, error) {
+	if err := w.beginOp("read"); err != nil {
+		return nil, err
+	}
+	var impl walimpls.ScannerImpls
+	err := w.retry.do(ctx, w.closing, "read "+w.channel, func() error {
+		var err error
+		impl, err = w.impl.Read(ctx, walimpls.ReadOption{Name: opts.VChannel, DeliverPolicy: opts.DeliverPolicy})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("wal: read %q from %+v: %w", w.channel, opts.DeliverPolicy, err)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	s := &scanner{
+		w: w, name: opts.VChannel, impl: impl, filters: opts.MessageFilter,
+		handler: opts.MesasgeHandler, ctx: sctx, cancel: cancel, parent: ctx, done: make(chan struct{}),
+	}
+	if s.handler == nil {
+		s.out = make(ChanMessageHandler)
+		s.handler = s.out
+	}
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		cancel()
+		impl.Close()
+		return nil, fmt.Errorf("wal: read %q: %w", w.channel, ErrClosed)
+	}
+	w.scanners[s] = struct{}{}
+	w.mu.Unlock()
+	go s.run()
+	return s, nil
+}
+
+func (s *scanner) Channel() string { return s.w.channel }
+
+// Chan delivers messages; nil when a MessageHandler was given.
+func (s *scanner) Chan() <-chan message.ImmutableMessage {
+	if s.out == nil {
+		return nil
+	}
+	return s.out
+}
+
+func (s *scanner) Done() <-chan struct{} { return s.done }
+
+func (s *scanner) Error() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// Close stops the scanner and waits for it; Error then reports
+// ErrScannerClosed unless the scanner had already stopped for another reason.
+func (s *scanner) Close() error {
+	s.stop(stopClosed)
+	return nil
+}
+
+func (s *scanner) stop(r stopReason) {
+	s.stopOnce.Do(func() {
+		s.mu.Lock()
+		s.reason = r
+		s.mu.Unlock()
+		s.cancel()
+	})
+	<-s.done
+}
+
+func (s *scanner) keep(m *message.ImmutableMessage) bool {
+	for _, f := range s.filters {
+		if !f(m) {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *scanner) run() {
+	err := s.loop()
+	s.impl.Close()
+	s.handler.Close()
+	s.mu.Lock()
+	switch s.reason {
+	case stopClosed:
+		err = walimpls.ErrScannerClosed
+	case stopWALClosed:
+		err = fmt.Errorf("wal: scanner %q on %q: %w", s.name, s.w.channel, ErrClosed)
+	default:
+		if errors.Is(err, ErrUpstreamClosed) {
+			if ierr := s.impl.Error(); ierr != nil {
+				err = ierr
+			}
+		}
+		if s.parent.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+			err = fmt.Errorf("wal: scanner %q on %q: %w", s.name, s.w.channel, s.parent.Err())
+		}
+	}
+	s.err = err
+	s.mu.Unlock()
+	s.w.mu.Lock()
+	delete(s.w.scanners, s)
+	s.w.mu.Unlock()
+	s.cancel()
+	close(s.done)
+}
+
+// loop drives the handler until it reports an error.
+func (s *scanner) loop() error {
+	var pending *message.ImmutableMessage
+	for {
+		p := HandleParam{Ctx: s.ctx, Message: pending}
+		if pending == nil {
+			p.Upstream = s.impl.Chan()
+		}
+		res := s.handler.Handle(p)
+		if res.MessageHandled && pending != nil {
+			scannerMessagesTotal.WithLabelValues(s.w.backend).Inc()
+			pending = nil
+		}
+		if res.Incoming != nil {
+			if pending != nil {
+				return fmt.Errorf("wal: scanner %q on %q: handler took a message from Upstream while still holding one", s.name, s.w.channel)
+			}
+			if s.keep(res.Incoming) {
+				pending = res.Incoming
+			} else {
+				scannerFilteredTotal.WithLabelValues(s.w.backend).Inc()
+			}
+		}
+		if res.Error != nil {
+			return res.Error
+		}
+	}
+}
+
+// ChanMessageHandler is the default MessageHandler: it forwards every message
+// to the channel, which Close closes. A scanner read without a handler
+// delivers through one of these (its Chan).
+type ChanMessageHandler chan message.ImmutableMessage
+
+// Handle waits for whichever comes first: ctx ending (Error ctx.Err()),
+// Upstream yielding a message (Incoming) or closing (ErrUpstreamClosed), or
+// the held Message being sent on the channel (MessageHandled).
+func (h ChanMessageHandler) Handle(p HandleParam) HandleResult {
+	var send chan message.ImmutableMessage
+	var m message.ImmutableMessage
+	if p.Message != nil {
+		send, m = h, *p.Message
+	}
+	select {
+	case <-p.Ctx.Done():
+		return HandleResult{Error: p.Ctx.Err()}
+	case msg, ok := <-p.Upstream:
+		if !ok {
+			return HandleResult{Error: ErrUpstreamClosed}
+		}
+		return HandleResult{Incoming: &msg}
+	case send <- m:
+		return HandleResult{MessageHandled: true}
+	}
+}
+
+// Close closes the channel.
+func (h ChanMessageHandler) Close() { close(h) }

@@ -1,0 +1,411 @@
+package wal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/consumerd/consumerd/wal/message"
+	"github.com/consumerd/consumerd/wal/walimpls"
+)
+
+// asyncItem is one append travelling through the dispatcher.
+type asyncItem struct {
+	ctx   context.Context
+	msg   message.MutableMessage
+	cb    func(*AppendResult, error)
+	start time.Time
+
+	// Set by the pipelined dispatcher.
+	dispatched bool
+	done       bool
+	id         message.MessageID
+	err        error
+}
+
+// walAdaptor is the WAL callers get: a backend WAL plus ordering, retries,
+// availability, scanners with filters and handlers, and metrics.
+//
+// Every append (Append and AppendAsync) goes through one dispatcher goroutine
+// in call order, so appends from one goroutine are stored in call order. When
+// the backend implements walimpls.AsyncAppender the dispatcher pipelines up to
+// asyncWindow appends; otherwise it appends one message at a time.
+type walAdaptor struct {
+	impl    walimpls.WALImpls
+	async   walimpls.AsyncAppender
+	backend string
+	channel string
+	term    uint64
+	opts    adaptorOptions
+	logger  hclog.Logger
+	retry   retrier
+
+	mu       sync.Mutex
+	closed   bool
+	fenced   error
+	scanners map[*scanner]struct{}
+	inflight sync.WaitGroup // appends accepted and not yet completed
+
+	queue          chan *asyncItem
+	results        chan asyncResult
+	closing        chan struct{} // closed when Close starts: cuts retry waits short
+	stopDispatch   chan struct{}
+	dispatcherDone chan struct{}
+	available      chan struct{}
+	availOnce      sync.Once
+	closeOnce      sync.Once
+}
+
+type asyncResult struct {
+	it  *asyncItem
+	id  message.MessageID
+	err error
+}
+
+func newWAL(impl walimpls.WALImpls, backend string, term uint64, opts adaptorOptions) *walAdaptor {
+	w := &walAdaptor{
+		impl:           impl,
+		backend:        backend,
+		channel:        impl.Channel(),
+		term:           term,
+		opts:           opts,
+		logger:         opts.logger.With("backend", backend, "channel", impl.Channel()),
+		scanners:       make(map[*scanner]struct{}),
+		queue:          make(chan *asyncItem, opts.asyncQueue),
+		closing:        make(chan struct{}),
+		stopDispatch:   make(chan struct{}),
+		dispatcherDone: make(chan struct{}),
+		available:      make(chan struct{}),
+	}
+	w.retry = retrier{initial: opts.retryInitial, max: opts.retryMax, attempts: opts.retryAttempts,
+		logger: w.logger, backend: backend}
+	if a, ok := impl.(walimpls.AsyncAppender); ok {
+		w.async = a
+		w.results = make(chan asyncResult, opts.asyncWindow)
+		go w.runPipelined()
+	} else {
+		go w.runSerial()
+	}
+	return w
+}
+
+func (w *walAdaptor) WALName() string { return w.backend }
+func (w *walAdaptor) Channel() string { return w.channel }
+
+func (w *walAdaptor) Available() <-chan struct{} { return w.available }
+
+func (w *walAdaptor) IsAvailable() bool {
+	select {
+	case <-w.available:
+		return false
+	default:
+		return true
+	}
+}
+
+func (w *walAdaptor) markUnavailable() {
+	w.availOnce.Do(func() { close(w.available) })
+}
+
+// fencedErr returns the error later appends fail with once fenced, or nil.
+func (w *walAdaptor) fencedErr() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.fenced
+}
+
+func (w *walAdaptor) setFenced(err error) {
+	w.mu.Lock()
+	first := w.fenced == nil
+	if first {
+		w.fenced = fmt.Errorf("wal: %q (term %d) is fenced: %w", w.channel, w.term, ErrFenced)
+	}
+	w.mu.Unlock()
+	if first {
+		w.logger.Warn("WAL fenced by a higher term; no more appends", "term", w.term, "error", err)
+	}
+	w.markUnavailable()
+}
+
+// beginAppend accepts an append unless the WAL is closed or fenced.
+func (w *walAdaptor) beginAppend() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return fmt.Errorf("wal: append to %q: %w", w.channel, ErrClosed)
+	}
+	if w.fenced != nil {
+		return w.fenced
+	}
+	w.inflight.Add(1)
+	return nil
+}
+
+// Append stores msg through the dispatcher and waits for the outcome or ctx.
+func (w *walAdaptor) Append(ctx context.Context, msg message.MutableMessage) (*AppendResult, error) {
+	type outcome struct {
+		res *AppendResult
+		err error
+	}
+	ch := make(chan outcome, 1)
+	w.AppendAsync(ctx, msg, func(r *AppendResult, err error) { ch <- outcome{r, err} })
+	select {
+	case o := <-ch:
+		return o.res, o.err
+	case <-ctx.Done():
+		// The dispatcher sees the same ctx and completes the item on its own;
+		// the message may or may not be stored.
+		return nil, fmt.Errorf("wal: append to %q: %w", w.channel, ctx.Err())
+	}
+}
+
+// AppendAsync queues msg and returns; cb is called exactly once from the
+// dispatcher goroutine, in call order.
+func (w *walAdaptor) AppendAsync(ctx context.Context, msg message.MutableMessage, cb func(*AppendResult, error)) {
+	start := time.Now()
+	if cb == nil {
+		cb = func(*AppendResult, error) {}
+	}
+	if err := w.beginAppend(); err != nil {
+		w.observe(start, &msg, err)
+		cb(nil, err)
+		return
+	}
+	it := &asyncItem{ctx: ctx, msg: msg, cb: cb, start: start}
+	select {
+	case w.queue <- it:
+	case <-ctx.Done():
+		w.complete(it, 0, fmt.Errorf("wal: append to %q: queued: %w", w.channel, ctx.Err()))
+	}
+}
+
+// observe records metrics (and fencing) for a finished append.
+func (w *walAdaptor) observe(start time.Time, msg *message.MutableMessage, err error) {
+	appendDuration.WithLabelValues(w.backend).Observe(time.Since(start).Seconds())
+	if err != nil {
+		appendErrorsTotal.WithLabelValues(w.backend, errorReason(err)).Inc()
+		if errors.Is(err, ErrFenced) {
+			w.setFenced(err)
+		}
+		return
+	}
+	appendsTotal.WithLabelValues(w.backend).Inc()
+	appendBytesTotal.WithLabelValues(w.backend).Add(float64(msg.Size()))
+}
+
+// complete finishes an accepted append.
+func (w *walAdaptor) complete(it *asyncItem, id message.MessageID, err error) {
+	w.observe(it.start, &it.msg, err)
+	if err != nil {
+		it.cb(nil, err)
+	} else {
+		it.cb(&AppendResult{MessageID: id}, nil)
+	}
+	w.inflight.Done()
+}
+
+// appendWithRetry appends one message synchronously at the backend.
+func (w *walAdaptor) appendWithRetry(it *asyncItem) (message.MessageID, error) {
+	var id message.MessageID
+	err := w.retry.do(it.ctx, w.closing, "append to "+w.channel, func() error {
+		if err := w.fencedErr(); err != nil {
+			return err
+		}
+		var err error
+		id, err = w.impl.Append(it.ctx, it.msg)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("wal: append to %q: %w", w.channel, err)
+	}
+	return id, nil
+}
+
+// precheck fails an item before it reaches the backend when its context has
+// ended or the WAL is fenced.
+func (w *walAdaptor) precheck(it *asyncItem) error {
+	if err := it.ctx.Err(); err != nil {
+		return fmt.Errorf("wal: append to %q: %w", w.channel, err)
+	}
+	return w.fencedErr()
+}
+
+// runSerial appends queued items one at a time, in order.
+func (w *walAdaptor) runSerial() {
+	defer close(w.dispatcherDone)
+	for {
+		select {
+		case it := <-w.queue:
+			if err := w.precheck(it); err != nil {
+				w.complete(it, 0, err)
+				continue
+			}
+			id, err := w.appendWithRetry(it)
+			w.complete(it, id, err)
+		case <-w.stopDispatch:
+			return
+		}
+	}
+}
+
+// runPipelined keeps up to asyncWindow appends in flight at the backend.
+// Outcomes are reported in call order. A transient failure stops dispatching
+// until everything in flight has finished; then failed items after the last
+// stored one are retried one at a time, in order, while failed items before a
+// stored one are reported (retrying them would store them out of order).
+func (w *walAdaptor) runPipelined() {
+	defer close(w.dispatcherDone)
+	var items []*asyncItem // in flight, call order
+	draining := false
+	for {
+		var in chan *asyncItem
+		if !draining && len(items) < w.opts.asyncWindow {
+			in = w.queue
+		}
+		select {
+		case it := <-in:
+			items = append(items, it)
+			if err := w.precheck(it); err != nil {
+				it.done, it.err = true, err
+				break
+			}
+			it.dispatched = true
+			w.async.AppendAsync(it.ctx, it.msg, func(id message.MessageID, err error) {
+				w.results <- asyncResult{it: it, id: id, err: err}
+			})
+		case r := <-w.results:
+			r.it.done, r.it.id, r.it.err = true, r.id, r.err
+		case <-w.stopDispatch:
+			return
+		}
+		// Report finished items at the head, in order.
+		for !draining && len(items) > 0 && items[0].done {
+			it := items[0]
+			if it.err != nil && walimpls.IsRetryable(it.err) {
+				draining = true
+				break
+			}
+			items = items[1:]
+			w.finishPipelined(it)
+		}
+		if draining && allDone(items) {
+			w.recover(items)
+			items, draining = nil, false
+		}
+	}
+}
+
+func allDone(items []*asyncItem) bool {
+	for _, it := range items {
+		if !it.done {
+			return false
+		}
+	}
+	return true
+}
+
+func (w *walAdaptor) finishPipelined(it *asyncItem) {
+	if it.err != nil {
+		w.complete(it, 0, fmt.Errorf("wal: append to %q: %w", w.channel, it.err))
+		return
+	}
+	w.complete(it, it.id, nil)
+}
+
+// recover settles a drained window that holds a transient failure.
+func (w *walAdaptor) recover(items []*asyncItem) {
+	lastStored := -1
+	for i, it := range items {
+		if it.dispatched && it.err == nil {
+			lastStored = i
+		}
+	}
+	for i, it := range items {
+		switch {
+		case it.err == nil || !walimpls.IsRetryable(it.err):
+			w.finishPipelined(it)
+		case i < lastStored:
+			w.complete(it, 0, fmt.Errorf("wal: append to %q: not retried because a later append was already stored: %w",
+				w.channel, it.err))
+		default:
+			appendRetriesTotal.WithLabelValues(w.backend).Inc()
+			w.logger.Debug("retrying failed pipelined append", "error", it.err)
+			if err := w.precheck(it); err != nil {
+				w.complete(it, 0, err)
+				continue
+			}
+			id, err := w.appendWithRetry(it)
+			w.complete(it, id, err)
+		}
+	}
+}
+
+// beginOp refuses operations on a closed WAL.
+func (w *walAdaptor) beginOp(op string) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return fmt.Errorf("wal: %s %q: %w", op, w.channel, ErrClosed)
+	}
+	return nil
+}
+
+func (w *walAdaptor) LastID(ctx context.Context) (message.MessageID, error) {
+	if err := w.beginOp("last id of"); err != nil {
+		return 0, err
+	}
+	var id message.MessageID
+	err := w.retry.do(ctx, w.closing, "last id of "+w.channel, func() error {
+		var err error
+		id, err = w.impl.LastID(ctx)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("wal: last id of %q: %w", w.channel, err)
+	}
+	return id, nil
+}
+
+func (w *walAdaptor) Truncate(ctx context.Context, id message.MessageID) error {
+	if err := w.beginOp("truncate"); err != nil {
+		return err
+	}
+	err := w.retry.do(ctx, w.closing, "truncate "+w.channel, func() error {
+		return w.impl.Truncate(ctx, id)
+	})
+	if err != nil {
+		return fmt.Errorf("wal: truncate %q before %d: %w", w.channel, id, err)
+	}
+	return nil
+}
+
+// Close stops accepting appends, waits for accepted ones (retry waits are cut
+// short with ErrClosed), closes scanners, then the backend WAL.
+func (w *walAdaptor) Close() {
+	w.closeOnce.Do(func() {
+		w.mu.Lock()
+		w.closed = true
+		w.mu.Unlock()
+		close(w.closing)
+		w.markUnavailable()
+		w.inflight.Wait()
+		close(w.stopDispatch)
+		<-w.dispatcherDone
+
+		w.mu.Lock()
+		ss := make([]*scanner, 0, len(w.scanners))
+		for s := range w.scanners {
+			ss = append(ss, s)
+		}
+		w.mu.Unlock()
+		for _, s := range ss {
+			s.stop(stopWALClosed)
+		}
+		w.impl.Close()
+		w.logger.Debug("WAL closed")
+	})
+}
