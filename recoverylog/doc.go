@@ -1,0 +1,2 @@
+// Package recoverylog keeps a shard's RocksDB in step with its recovery log.
+package recoverylog

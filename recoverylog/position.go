@@ -1,0 +1,144 @@
+package recoverylog
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/linxGnu/grocksdb"
+
+	"github.com/consumerd/consumerd/wal/message"
+)
+
+// Channel is the WAL channel holding a shard's recovery log.
+func Channel(shardID string) string { return "recovery/" + shardID }
+
+// Position is the chain state after the last applied record: its Seq, the
+// chain checksum after it, the log id it was read at, and the highest fence
+// term applied so far. The zero Position is the state of an empty DB before
+// the first record of a log.
+type Position struct {
+	Seq      uint64
+	Checksum uint32
+	LogID    message.MessageID
+	Term     uint64
+}
+
+// String renders the position for logs and errors.
+func (p Position) String() string {
+	return fmt.Sprintf("seq=%d checksum=%08x log_id=%d term=%d", p.Seq, p.Checksum, p.LogID, p.Term)
+}
+
+// PositionKey is where the applied Position lives in the shard DB. It is
+// written in the same WriteBatch as the record it follows, so state and
+// position change atomically.
+var PositionKey = []byte("\x00consumerd/recoverylog")
+
+// offsetPrefix prefixes every source offset key.
+var offsetPrefix = []byte("\x00consumerd/offset/")
+
+const positionVersion byte = 1
+const positionLen = 1 + 8 + 4 + 8 + 8
+
+// ErrBadPosition is wrapped when a stored position or offset cannot be decoded.
+var ErrBadPosition = errors.New("recoverylog: bad stored position")
+
+// EncodePosition encodes p for PositionKey:
+// version u8 | seq u64 | checksum u32 | logID u64 | term u64 (big-endian).
+func EncodePosition(p Position) []byte {
+	b := make([]byte, 0, positionLen)
+	b = append(b, positionVersion)
+	b = binary.BigEndian.AppendUint64(b, p.Seq)
+	b = binary.BigEndian.AppendUint32(b, p.Checksum)
+	b = binary.BigEndian.AppendUint64(b, uint64(p.LogID))
+	b = binary.BigEndian.AppendUint64(b, p.Term)
+	return b
+}
+
+// DecodePosition parses EncodePosition's output.
+func DecodePosition(b []byte) (Position, error) {
+	if len(b) != positionLen {
+		return Position{}, fmt.Errorf("%w: %d bytes, want %d", ErrBadPosition, len(b), positionLen)
+	}
+	if b[0] != positionVersion {
+		return Position{}, fmt.Errorf("%w: unknown version %d", ErrBadPosition, b[0])
+	}
+	return Position{
+		Seq:      binary.BigEndian.Uint64(b[1:9]),
+		Checksum: binary.BigEndian.Uint32(b[9:13]),
+		LogID:    message.MessageID(binary.BigEndian.Uint64(b[13:21])),
+		Term:     binary.BigEndian.Uint64(b[21:29]),
+	}, nil
+}
+
+// LoadPosition reads the applied Position from db; an empty DB (no key)
+// gives the zero Position.
+func LoadPosition(db *grocksdb.DB) (Position, error) {
+	ro := grocksdb.NewDefaultReadOptions()
+	defer ro.Destroy()
+	v, err := db.GetBytes(ro, PositionKey)
+	if err != nil {
+		return Position{}, fmt.Errorf("recoverylog: read position: %w", err)
+	}
+	if v == nil {
+		return Position{}, nil
+	}
+	p, err := DecodePosition(v)
+	if err != nil {
+		return Position{}, fmt.Errorf("recoverylog: load position: %w", err)
+	}
+	return p, nil
+}
+
+// OffsetKey is the DB key holding the read offset of a source channel:
+// "\x00consumerd/offset/<channel>".
+func OffsetKey(channel string) []byte {
+	k := make([]byte, 0, len(offsetPrefix)+len(channel))
+	k = append(k, offsetPrefix...)
+	return append(k, channel...)
+}
+
+// EncodeOffset encodes a source offset (the id of the last consumed
+// message) as the value of OffsetKey: 8 bytes big-endian.
+func EncodeOffset(id message.MessageID) []byte {
+	return binary.BigEndian.AppendUint64(nil, uint64(id))
+}
+
+// DecodeOffset parses EncodeOffset's output.
+func DecodeOffset(b []byte) (message.MessageID, error) {
+	if len(b) != 8 {
+		return 0, fmt.Errorf("%w: offset value of %d bytes, want 8", ErrBadPosition, len(b))
+	}
+	return message.MessageID(binary.BigEndian.Uint64(b)), nil
+}
+
+// PutOffset adds the source offset of channel to batch (the shard's
+// transaction batch), so it commits atomically with the state it produced.
+func PutOffset(batch *grocksdb.WriteBatch, channel string, id message.MessageID) {
+	batch.Put(OffsetKey(channel), EncodeOffset(id))
+}
+
+// LoadOffsets reads every source offset stored in db, by channel.
+func LoadOffsets(db *grocksdb.DB) (map[string]message.MessageID, error) {
+	ro := grocksdb.NewDefaultReadOptions()
+	defer ro.Destroy()
+	it := db.NewIterator(ro)
+	defer it.Close()
+	out := map[string]message.MessageID{}
+	for it.Seek(offsetPrefix); it.ValidForPrefix(offsetPrefix); it.Next() {
+		k, v := it.Key(), it.Value()
+		ch := string(bytes.TrimPrefix(k.Data(), offsetPrefix))
+		id, err := DecodeOffset(v.Data())
+		k.Free()
+		v.Free()
+		if err != nil {
+			return nil, fmt.Errorf("recoverylog: offset of channel %q: %w", ch, err)
+		}
+		out[ch] = id
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("recoverylog: iterate offsets: %w", err)
+	}
+	return out, nil
+}
