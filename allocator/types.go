@@ -56,3 +56,67 @@ type Assignment struct {
 	CreateRevision int64
 	ModRevision    int64
 }
+
+// Item is an allocatable unit (a shard) as decoded from <root>/items/<id>.
+type Item interface {
+	// DesiredReplication is the number of replicas wanted: 1 + hot standbys,
+	// or 0 when the item is disabled.
+	DesiredReplication() int
+}
+
+// MemberInfo is one decoded member key of the mirror.
+type MemberInfo struct {
+	Zone, ID string
+	Spec     MemberSpec
+	// Lease is the member's etcd lease (the member key's Lease field); the
+	// leader writes the member's assignments under it.
+	Lease          int64
+	CreateRevision int64
+	ModRevision    int64
+}
+
+// Key returns "zone/id", the member's display name.
+func (m MemberInfo) Key() string { return m.Zone + "/" + m.ID }
+
+// ItemInfo is one decoded item key of the mirror.
+type ItemInfo struct {
+	ID string
+	// Raw is the item's JSON value as stored.
+	Raw         []byte
+	Item        Item
+	ModRevision int64
+}
+
+// Snapshot is a consistent copy of the mirror at Revision.
+type Snapshot struct {
+	Revision int64
+	// Members sorted by (zone, id).
+	Members []MemberInfo
+	Items   map[string]ItemInfo
+	// Assignments sorted by (item, slot, zone, member).
+	Assignments []Assignment
+	// Leader is "zone/member" of the member with the lowest CreateRevision,
+	// or "" when there are no members.
+	Leader string
+}
+
+// LocalState is the part of the mirror that concerns one member: its
+// assignments (sorted by item, slot) and the raw JSON of their items.
+type LocalState struct {
+	Revision    int64
+	Assignments []Assignment
+	Items       map[string][]byte
+}
+
+// genericItem is the default Item decoding: {"hot_standbys":k,"disable":b}.
+type genericItem struct {
+	HotStandbys int  `json:"hot_standbys"`
+	Disable     bool `json:"disable"`
+}
+
+func (g genericItem) DesiredReplication() int {
+	if g.Disable {
+		return 0
+	}
+	return 1 + g.HotStandbys
+}

@@ -1,0 +1,170 @@
+package allocator
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Key layout under the root prefix (DESIGN §5):
+//
+//	<root>/members/<zone>/<member>
+//	<root>/items/<item>
+//	<root>/assign/<item>/<zone>/<member>/<slot>
+const (
+	membersDir = "/members/"
+	itemsDir   = "/items/"
+	assignDir  = "/assign/"
+)
+
+// ValidID checks an item, zone or member id: one or more of [A-Za-z0-9._-],
+// and not "." or "..".
+func ValidID(id string) error {
+	if id == "" {
+		return errors.New("empty id")
+	}
+	if id == "." || id == ".." {
+		return fmt.Errorf("invalid id %q", id)
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '.', c == '_', c == '-':
+		default:
+			return fmt.Errorf("invalid id %q: character %q at %d not in [A-Za-z0-9._-]", id, c, i)
+		}
+	}
+	return nil
+}
+
+// cleanPrefix strips a trailing slash: "/consumerd/" and "/consumerd" are the same root.
+func cleanPrefix(prefix string) string { return strings.TrimRight(prefix, "/") }
+
+// MembersPrefix is the key prefix of all member keys.
+func MembersPrefix(prefix string) string { return cleanPrefix(prefix) + membersDir }
+
+// ItemsPrefix is the key prefix of all item keys.
+func ItemsPrefix(prefix string) string { return cleanPrefix(prefix) + itemsDir }
+
+// AssignPrefix is the key prefix of all assignment keys.
+func AssignPrefix(prefix string) string { return cleanPrefix(prefix) + assignDir }
+
+// MemberKey is <root>/members/<zone>/<id>.
+func MemberKey(prefix, zone, id string) string {
+	return MembersPrefix(prefix) + zone + "/" + id
+}
+
+// ItemKey is <root>/items/<id>.
+func ItemKey(prefix, id string) string { return ItemsPrefix(prefix) + id }
+
+// AssignmentKey is <root>/assign/<item>/<zone>/<member>/<slot>.
+func AssignmentKey(prefix string, a Assignment) string {
+	return AssignPrefix(prefix) + a.Item + "/" + a.Zone + "/" + a.Member + "/" + strconv.Itoa(a.Slot)
+}
+
+// ItemAssignPrefix is the prefix of all assignment keys of one item.
+func ItemAssignPrefix(prefix, item string) string { return AssignPrefix(prefix) + item + "/" }
+
+// ParseMemberKey parses <root>/members/<zone>/<id>.
+func ParseMemberKey(prefix, key string) (zone, id string, err error) {
+	rest, ok := strings.CutPrefix(key, MembersPrefix(prefix))
+	if !ok {
+		return "", "", fmt.Errorf("member key %q: not under %q", key, MembersPrefix(prefix))
+	}
+	parts := strings.Split(rest, "/")
+	if len(parts) != 2 {
+		return "", "", fmt.Errorf("member key %q: want <zone>/<member> after %q", key, MembersPrefix(prefix))
+	}
+	for _, p := range parts {
+		if err := ValidID(p); err != nil {
+			return "", "", fmt.Errorf("member key %q: %w", key, err)
+		}
+	}
+	return parts[0], parts[1], nil
+}
+
+// ParseItemKey parses <root>/items/<id>.
+func ParseItemKey(prefix, key string) (string, error) {
+	rest, ok := strings.CutPrefix(key, ItemsPrefix(prefix))
+	if !ok {
+		return "", fmt.Errorf("item key %q: not under %q", key, ItemsPrefix(prefix))
+	}
+	if err := ValidID(rest); err != nil {
+		return "", fmt.Errorf("item key %q: %w", key, err)
+	}
+	return rest, nil
+}
+
+// ParseAssignmentKey parses <root>/assign/<item>/<zone>/<member>/<slot> into
+// an Assignment with Item, Zone, Member and Slot set.
+func ParseAssignmentKey(prefix, key string) (Assignment, error) {
+	rest, ok := strings.CutPrefix(key, AssignPrefix(prefix))
+	if !ok {
+		return Assignment{}, fmt.Errorf("assignment key %q: not under %q", key, AssignPrefix(prefix))
+	}
+	parts := strings.Split(rest, "/")
+	if len(parts) != 4 {
+		return Assignment{}, fmt.Errorf("assignment key %q: want <item>/<zone>/<member>/<slot> after %q", key, AssignPrefix(prefix))
+	}
+	for _, p := range parts[:3] {
+		if err := ValidID(p); err != nil {
+			return Assignment{}, fmt.Errorf("assignment key %q: %w", key, err)
+		}
+	}
+	slot, err := strconv.Atoi(parts[3])
+	if err != nil || slot < 0 || strconv.Itoa(slot) != parts[3] {
+		return Assignment{}, fmt.Errorf("assignment key %q: slot %q is not a non-negative integer", key, parts[3])
+	}
+	return Assignment{Item: parts[0], Zone: parts[1], Member: parts[2], Slot: slot}, nil
+}
+
+// DecodeMemberSpec decodes and checks a member value.
+func DecodeMemberSpec(raw []byte) (MemberSpec, error) {
+	var s MemberSpec
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return MemberSpec{}, fmt.Errorf("member spec: %w", err)
+	}
+	if s.ItemLimit < 0 {
+		return MemberSpec{}, fmt.Errorf("member spec: item_limit %d is negative", s.ItemLimit)
+	}
+	return s, nil
+}
+
+// DecodeReplicaStatus decodes and checks an assignment value.
+func DecodeReplicaStatus(raw []byte) (ReplicaStatus, error) {
+	var s ReplicaStatus
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return ReplicaStatus{}, fmt.Errorf("replica status: %w", err)
+	}
+	switch s.State {
+	case StateIdle, StateBackfill, StateStandby, StatePrimary, StateFailed:
+	default:
+		return ReplicaStatus{}, fmt.Errorf("replica status: unknown state %q", s.State)
+	}
+	return s, nil
+}
+
+// DecodeGenericItem is the default Config.DecodeItem: it reads
+// {"hot_standbys":k,"disable":b} and ignores other fields.
+func DecodeGenericItem(id string, raw []byte) (Item, error) {
+	var g genericItem
+	if err := json.Unmarshal(raw, &g); err != nil {
+		return nil, fmt.Errorf("item %s: %w", id, err)
+	}
+	if g.HotStandbys < 0 {
+		return nil, fmt.Errorf("item %s: hot_standbys %d is negative", id, g.HotStandbys)
+	}
+	return g, nil
+}
+
+// maxErrorLen bounds ReplicaStatus.Error as stored.
+const maxErrorLen = 4096
+
+func truncateError(s string) string {
+	if len(s) <= maxErrorLen {
+		return s
+	}
+	return s[:maxErrorLen-3] + "..."
+}

@@ -1,0 +1,434 @@
+package allocator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Config configures a Member.
+type Config struct {
+	Client *clientv3.Client
+	// Prefix is the root of the keyspace, e.g. "/consumerd".
+	Prefix string
+	// Zone and MemberID name the member (both ValidID).
+	Zone, MemberID string
+	// LeaseTTL is the member lease TTL (rounded up to whole seconds; etcd may
+	// raise very small values to its minimum).
+	LeaseTTL time.Duration
+	// Spec is the announced member value.
+	Spec MemberSpec
+	// DecodeItem decodes item values; nil means DecodeGenericItem
+	// ({"hot_standbys":k,"disable":b}).
+	DecodeItem func(id string, raw []byte) (Item, error)
+	Logger     hclog.Logger
+}
+
+var (
+	// ErrMemberExists is returned by NewMember when the member key is already
+	// present: another process runs with the same zone and member id.
+	ErrMemberExists = errors.New("member already exists")
+	// ErrLeaseLost is returned by Run when the member's lease expired or its
+	// key was deleted: every local assignment must stop.
+	ErrLeaseLost = errors.New("member lease lost")
+	// ErrAssignmentChanged is returned by UpdateStatus when the assignment key
+	// no longer exists with the given CreateRevision.
+	ErrAssignmentChanged = errors.New("assignment changed or removed")
+)
+
+// Member is one process's session in the allocator: a lease kept alive, the
+// announced member key, a mirror of the keyspace, and — while it holds the
+// oldest member key — the leader's schedule-and-converge loop.
+//
+// Lifecycle: NewMember announces; Run drives the mirror (and leadership)
+// until ctx is done, the lease is lost, or the member exited after
+// SetExiting; Close revokes the lease, which removes the member key and all
+// its assignments at once.
+type Member struct {
+	cfg    Config
+	prefix string
+	key    string
+	log    hclog.Logger
+	lease  clientv3.LeaseID
+	ks     *KeySpace
+
+	local     chan LocalState
+	done      chan struct{}
+	doneOnce  sync.Once
+	kaCancel  context.CancelFunc
+	kaDone    chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+
+	mu        sync.Mutex
+	spec      MemberSpec
+	createRev int64
+	running   bool
+	exitingCh chan struct{}
+}
+
+// NewMember validates cfg, grants a lease with cfg.LeaseTTL, starts keeping
+// it alive, and announces <root>/members/<zone>/<member> only if that key is
+// absent. If it is present it revokes its lease and returns an error wrapping
+// ErrMemberExists. The caller must Close the member.
+func NewMember(ctx context.Context, cfg Config) (*Member, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("allocator: Config.Client is nil")
+	}
+	if cleanPrefix(cfg.Prefix) == "" {
+		return nil, fmt.Errorf("allocator: Config.Prefix %q is empty", cfg.Prefix)
+	}
+	if err := ValidID(cfg.Zone); err != nil {
+		return nil, fmt.Errorf("allocator: zone: %w", err)
+	}
+	if err := ValidID(cfg.MemberID); err != nil {
+		return nil, fmt.Errorf("allocator: member id: %w", err)
+	}
+	if cfg.LeaseTTL <= 0 {
+		return nil, fmt.Errorf("allocator: lease TTL %s must be positive", cfg.LeaseTTL)
+	}
+	if cfg.Spec.ItemLimit < 0 {
+		return nil, fmt.Errorf("allocator: item limit %d is negative", cfg.Spec.ItemLimit)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	log = log.With("member", cfg.Zone+"/"+cfg.MemberID)
+	m := &Member{
+		cfg:       cfg,
+		prefix:    cleanPrefix(cfg.Prefix),
+		key:       MemberKey(cfg.Prefix, cfg.Zone, cfg.MemberID),
+		log:       log,
+		local:     make(chan LocalState, 1),
+		done:      make(chan struct{}),
+		kaDone:    make(chan struct{}),
+		spec:      cfg.Spec,
+		exitingCh: make(chan struct{}),
+	}
+	m.ks = NewKeySpace(cfg.Client, cfg.Prefix, cfg.DecodeItem, log)
+
+	ttl := int64(math.Ceil(cfg.LeaseTTL.Seconds()))
+	grant, err := cfg.Client.Grant(ctx, ttl)
+	if err != nil {
+		etcdErrors.Inc()
+		return nil, fmt.Errorf("allocator: granting member lease (ttl %ds) for %s: %w", ttl, m.key, err)
+	}
+	m.lease = grant.ID
+	val, err := json.Marshal(cfg.Spec)
+	if err != nil {
+		return nil, fmt.Errorf("allocator: encoding member spec: %w", err)
+	}
+	resp, err := cfg.Client.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(m.key), "=", 0)).
+		Then(clientv3.OpPut(m.key, string(val), clientv3.WithLease(m.lease))).
+		Else(clientv3.OpGet(m.key)).
+		Commit()
+	if err != nil {
+		etcdErrors.Inc()
+		m.revokeLease()
+		return nil, fmt.Errorf("allocator: announcing %s: %w", m.key, err)
+	}
+	if !resp.Succeeded {
+		holder := ""
+		if rr := resp.Responses[0].GetResponseRange(); rr != nil && len(rr.Kvs) == 1 {
+			holder = fmt.Sprintf(" (lease %x, created at revision %d)", rr.Kvs[0].Lease, rr.Kvs[0].CreateRevision)
+		}
+		m.revokeLease()
+		return nil, fmt.Errorf("allocator: %w: %s is held by another process%s; stop it, wait for its lease to expire, or use another member id",
+			ErrMemberExists, m.key, holder)
+	}
+	m.createRev = resp.Header.Revision
+
+	kaCtx, cancel := context.WithCancel(context.Background())
+	m.kaCancel = cancel
+	ka, err := cfg.Client.KeepAlive(kaCtx, m.lease)
+	if err != nil {
+		cancel()
+		etcdErrors.Inc()
+		m.revokeLease()
+		return nil, fmt.Errorf("allocator: keeping lease %x alive: %w", m.lease, err)
+	}
+	go func() {
+		defer close(m.kaDone)
+		for range ka {
+		}
+		// The channel closes when the lease expired, was revoked, could not be
+		// renewed within its TTL, or Close cancelled kaCtx.
+		if kaCtx.Err() == nil {
+			m.log.Error("member lease lost", "lease", fmt.Sprintf("%x", m.lease))
+		}
+		m.closeDone()
+	}()
+	m.log.Info("member announced", "key", m.key, "lease", fmt.Sprintf("%x", m.lease), "ttl", ttl)
+	return m, nil
+}
+
+func (m *Member) revokeLease() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := m.cfg.Client.Revoke(ctx, m.lease); err != nil {
+		m.log.Warn("revoking member lease failed", "error", err)
+	}
+}
+
+func (m *Member) closeDone() { m.doneOnce.Do(func() { close(m.done) }) }
+
+// ID returns the member id.
+func (m *Member) ID() string { return m.cfg.MemberID }
+
+// Zone returns the member's zone.
+func (m *Member) Zone() string { return m.cfg.Zone }
+
+// Key returns the member's etcd key.
+func (m *Member) Key() string { return m.key }
+
+// LeaseID returns the member's lease.
+func (m *Member) LeaseID() clientv3.LeaseID { return m.lease }
+
+// KeySpace gives read access to the member's mirror (filled by Run).
+func (m *Member) KeySpace() *KeySpace { return m.ks }
+
+// Done is closed when the lease is lost (expired, revoked, or its key was
+// deleted) or the member was closed. Every local assignment must stop then.
+func (m *Member) Done() <-chan struct{} { return m.done }
+
+// Local is a latest-value stream of this member's assignments: after Run
+// starts it carries the first state, then every change (assignments, their
+// statuses, or their items' values). Only the newest unread state is kept
+// (buffer 1, a stale value is replaced). It is never closed; watch Done.
+func (m *Member) Local() <-chan LocalState { return m.local }
+
+func (m *Member) publishLocal(st LocalState) {
+	select {
+	case <-m.local:
+	default:
+	}
+	m.local <- st
+}
+
+// UpdateStatus writes st as the value of assignment a, under this member's
+// lease, only if the key still exists with a.CreateRevision (so a status
+// never resurrects or overwrites a replaced assignment). It returns an error
+// wrapping ErrAssignmentChanged when that compare fails. Error is truncated
+// to 4 KiB.
+func (m *Member) UpdateStatus(ctx context.Context, a Assignment, st ReplicaStatus) error {
+	if a.Zone != m.cfg.Zone || a.Member != m.cfg.MemberID {
+		return fmt.Errorf("allocator: updating status of %s/%s/%s/%d: not this member's assignment", a.Item, a.Zone, a.Member, a.Slot)
+	}
+	switch st.State {
+	case StateIdle, StateBackfill, StateStandby, StatePrimary, StateFailed:
+	default:
+		return fmt.Errorf("allocator: updating status of item %s: unknown state %q", a.Item, st.State)
+	}
+	st.Error = truncateError(st.Error)
+	val, err := json.Marshal(st)
+	if err != nil {
+		return fmt.Errorf("allocator: encoding status: %w", err)
+	}
+	key := AssignmentKey(m.prefix, a)
+	resp, err := m.cfg.Client.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", a.CreateRevision)).
+		Then(clientv3.OpPut(key, string(val), clientv3.WithLease(m.lease))).
+		Commit()
+	if err != nil {
+		etcdErrors.Inc()
+		return fmt.Errorf("allocator: updating status of %s: %w", key, err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("allocator: updating status of %s (created at %d): %w", key, a.CreateRevision, ErrAssignmentChanged)
+	}
+	return nil
+}
+
+// SetExiting marks the member exiting in its key. The leader then moves its
+// assignments elsewhere (make-before-break), and Run returns nil once this
+// member holds nothing.
+func (m *Member) SetExiting(ctx context.Context) error {
+	m.mu.Lock()
+	spec := m.spec
+	spec.Exiting = true
+	m.mu.Unlock()
+	val, err := json.Marshal(spec)
+	if err != nil {
+		return fmt.Errorf("allocator: encoding member spec: %w", err)
+	}
+	resp, err := m.cfg.Client.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(m.key), "=", m.createRev)).
+		Then(clientv3.OpPut(m.key, string(val), clientv3.WithLease(m.lease))).
+		Commit()
+	if err != nil {
+		etcdErrors.Inc()
+		return fmt.Errorf("allocator: marking %s exiting: %w", m.key, err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("allocator: marking %s exiting: %w", m.key, ErrLeaseLost)
+	}
+	m.mu.Lock()
+	if !m.spec.Exiting {
+		m.spec = spec
+		close(m.exitingCh)
+	}
+	m.mu.Unlock()
+	m.log.Info("member exiting; waiting to be drained")
+	return nil
+}
+
+func (m *Member) exiting() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.spec.Exiting
+}
+
+// Close stops keeping the lease alive and revokes it, which deletes the
+// member key and every assignment written under it. Done is closed. Close
+// is idempotent; Run should have returned (or its ctx be cancelled) first.
+func (m *Member) Close() error {
+	m.closeOnce.Do(func() {
+		m.kaCancel()
+		<-m.kaDone
+		m.closeDone()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := m.cfg.Client.Revoke(ctx, m.lease); err != nil {
+			etcdErrors.Inc()
+			m.closeErr = fmt.Errorf("allocator: revoking lease of %s: %w", m.key, err)
+		}
+	})
+	return m.closeErr
+}
+
+// Run loads the mirror, keeps it current, publishes Local states, and while
+// this member is the leader schedules and converges assignments. It returns
+// nil when ctx is done or when, after SetExiting, nothing is assigned to this
+// member any more; it returns an error wrapping ErrLeaseLost when the lease
+// is lost (Done is closed then). Run may be called once.
+func (m *Member) Run(ctx context.Context) error {
+	m.mu.Lock()
+	if m.running {
+		m.mu.Unlock()
+		return errors.New("allocator: Member.Run called twice")
+	}
+	m.running = true
+	m.mu.Unlock()
+	defer leaderGauge.Set(0)
+
+	parent := ctx
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// Stop everything promptly when the lease is lost.
+	go func() {
+		select {
+		case <-m.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+
+	for {
+		if err := m.ks.Load(ctx); err == nil {
+			break
+		} else if ctx.Err() != nil {
+			return m.runExit(parent)
+		} else {
+			m.log.Warn("loading keyspace failed; retrying", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return m.runExit(parent)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = m.ks.Watch(ctx)
+	}()
+	defer wg.Wait()
+	defer cancel()
+
+	var last *LocalState
+	var conv converger
+	conv.init(m)
+	for {
+		upd := m.ks.Updated()
+		if ctx.Err() != nil {
+			return m.runExit(parent)
+		}
+		if _, ok := m.ks.Member(m.cfg.Zone, m.cfg.MemberID); !ok {
+			m.log.Error("member key vanished from etcd; stopping", "key", m.key)
+			m.closeDone()
+			return fmt.Errorf("allocator: %s: member key deleted: %w", m.key, ErrLeaseLost)
+		}
+		st := m.ks.Local(m.cfg.Zone, m.cfg.MemberID)
+		if last == nil || !sameLocal(*last, st) {
+			m.publishLocal(st)
+			last = &st
+		}
+		if m.exiting() && len(st.Assignments) == 0 {
+			m.log.Info("member drained; exiting")
+			return nil
+		}
+		again := false
+		snap := m.ks.Snapshot()
+		if snap.Leader == m.cfg.Zone+"/"+m.cfg.MemberID {
+			leaderGauge.Set(1)
+			var err error
+			again, err = conv.round(ctx, snap)
+			if err != nil && ctx.Err() == nil {
+				m.log.Warn("converge round failed", "error", err)
+				select {
+				case <-ctx.Done():
+				case <-time.After(200 * time.Millisecond):
+				}
+				continue
+			}
+		} else {
+			leaderGauge.Set(0)
+		}
+		if again {
+			continue
+		}
+		select {
+		case <-upd:
+		case <-ctx.Done():
+		case <-m.exitingCh:
+		}
+	}
+}
+
+// runExit is Run's result once its context ended: nil when the caller
+// cancelled, ErrLeaseLost when the lease went first.
+func (m *Member) runExit(parent context.Context) error {
+	if parent.Err() != nil {
+		return nil
+	}
+	select {
+	case <-m.done:
+		return fmt.Errorf("allocator: %s: %w", m.key, ErrLeaseLost)
+	default:
+	}
+	return nil
+}
+
+// sameLocal compares two local states ignoring the revision.
+func sameLocal(a, b LocalState) bool {
+	if len(a.Assignments) != len(b.Assignments) || len(a.Items) != len(b.Items) {
+		return false
+	}
+	for i := range a.Assignments {
+		if a.Assignments[i] != b.Assignments[i] {
+			return false
+		}
+	}
+	return reflect.DeepEqual(a.Items, b.Items)
+}
