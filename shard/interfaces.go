@@ -11,7 +11,9 @@ import (
 // Shard is the application's view of one running shard primary. It is valid
 // from ShardIniter.InitShard until ShardHalter.HaltShard returns, and only on
 // the goroutine that calls the application (Consume, Flush, InitShard,
-// HaltShard are never called concurrently for one shard).
+// HaltShard are never called concurrently for one shard). A Shard handed out
+// for queries (Service.Primary) is a read-only view of committed state: its
+// Transaction and Cache are nil.
 type Shard interface {
 	// ID is the shard's id, e.g. "wordcount-0002".
 	ID() string
@@ -42,7 +44,12 @@ type Shard interface {
 	Transaction() *grocksdb.WriteBatch
 	// Get reads key as of the open transaction: its own writes, then writes of
 	// transactions still committing, then Database. A missing key returns
-	// (nil, nil). The returned slice is the caller's.
+	// (nil, nil). The returned slice is the caller's. Put, Delete,
+	// SingleDelete and DeleteRange are visible; a key with a Merge operand
+	// not yet applied to Database returns an error wrapping ErrMergePending.
+	// Reading the open transaction re-indexes the writes made since the last
+	// Get, so interleaving many writes and Gets costs more than reading
+	// through the Cache.
 	Get(key []byte) ([]byte, error)
 	// ReadOptions and WriteOptions are the options the shard uses with Database.
 	ReadOptions() *grocksdb.ReadOptions
@@ -50,32 +57,41 @@ type Shard interface {
 }
 
 // Consumer is an application: it turns messages of its topics into state.
+// App.NewConsumer makes one per replica; the replica uses it for its
+// database options (OptionsIniter, Filterer) from the start, and calls
+// Consume and Flush only while it is primary.
 //
 // For each transaction the shard calls Consume once per message, in offset
 // order per partition, then Flush once; then it commits the transaction's
 // batch together with the read offsets to the recovery log, and applies it to
 // Database once the log acknowledged it. A returned error fails the shard
 // (state FAILED, with the error text in etcd): nothing of the open
-// transaction is committed, and other shards keep running.
+// transaction is committed, and other shards keep running. A panic is
+// recovered and treated as an error. Messages published through pub are
+// at-least-once: they may be published again if the transaction fails.
 type Consumer interface {
 	// Topics names the topics the application consumes.
 	Topics() []string
 	// Consume applies one message to the open transaction.
 	Consume(s Shard, env topic.Envelope, pub *topic.Publisher) error
 	// Flush writes whatever the transaction still holds in the cache to
-	// s.Transaction(). It is called once per transaction, before commit.
+	// s.Transaction(). It is called once per transaction, before commit. The
+	// Cache survives Flush; clear what the next transaction must not see.
 	Flush(s Shard, pub *topic.Publisher) error
 }
 
 // Filterer is optionally implemented by a Consumer to drop keys during
 // RocksDB compaction (wired as the database's compaction filter). It must be
-// a pure function of key and value: it runs on RocksDB's threads.
+// a pure function of key and value: it runs on RocksDB's threads, maybe
+// concurrently. consumerd's own keys (prefix "\x00consumerd/") are never
+// passed to it, and a panic keeps the key.
 type Filterer interface {
 	Filter(level int, key, value []byte) (remove bool)
 }
 
 // ShardIniter is optionally implemented by a Consumer to prepare a shard
-// after it became primary and before its first Consume.
+// after it became primary and before its first Consume. An error fails the
+// shard.
 type ShardIniter interface {
 	InitShard(s Shard) error
 }
@@ -88,7 +104,8 @@ type ShardHalter interface {
 
 // OptionsIniter is optionally implemented by a Consumer to adjust the
 // RocksDB options before the shard's database opens (merge operators,
-// block cache, compression).
+// block cache, compression). It runs on every replica (standbys too: they
+// apply the same batches, so a merge operator must be set everywhere).
 type OptionsIniter interface {
 	InitOptions(opts *grocksdb.Options)
 }

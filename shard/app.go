@@ -1,0 +1,74 @@
+package shard
+
+import (
+	"errors"
+	"fmt"
+)
+
+// App is an application as the daemon registers it (one per --app name): a
+// factory of Consumers plus how to read and merge its state for queries.
+type App struct {
+	// Name is the application's name; a shard spec's app field selects it.
+	Name string
+	// Topics are the topics the application consumes. Each shard reads the
+	// same partition index of every topic (see Spec.Sources).
+	Topics []string
+	// Outputs are the topics the application publishes to (informational).
+	Outputs []string
+	// NewConsumer returns a fresh Consumer for one shard primary. It is
+	// called once each time a replica becomes primary; a Consumer is never
+	// shared between shards.
+	NewConsumer func() Consumer
+	// Query returns one key's value on this shard (committed state).
+	// Optional.
+	Query func(s Shard, key string) (value string, ok bool, err error)
+	// Scan calls fn for every key/value on this shard (committed state), in
+	// key order, and stops at fn's first error. Optional.
+	Scan func(s Shard, fn func(key, value string) error) error
+	// Merge combines one key's values from two shards (wordcount: the sum).
+	// Optional; without it a key found on several shards is an error.
+	Merge func(a, b string) (string, error)
+}
+
+// Validate checks that the app can be registered.
+func (a App) Validate() error {
+	if err := ValidateID(a.Name); err != nil {
+		return fmt.Errorf("app: name: %w", err)
+	}
+	if a.NewConsumer == nil {
+		return fmt.Errorf("app %q: NewConsumer is nil", a.Name)
+	}
+	if len(a.Topics) == 0 {
+		return fmt.Errorf("app %q: topics: must name at least one topic", a.Name)
+	}
+	for i, t := range a.Topics {
+		if err := ValidateID(t); err != nil {
+			return fmt.Errorf("app %q: topics[%d]: %w", a.Name, i, err)
+		}
+	}
+	return nil
+}
+
+// SpecsFor returns n shard specs for the app, one per partition: shard i
+// ("<app>-%04d") reads partition i of each of the app's topics. It is what
+// `consumerd shards create --app A --count N` writes.
+func (a App) SpecsFor(n, hotStandbys int) ([]*Spec, error) {
+	if n <= 0 {
+		return nil, errors.New("count: must be at least 1")
+	}
+	if err := a.Validate(); err != nil {
+		return nil, err
+	}
+	out := make([]*Spec, 0, n)
+	for i := 0; i < n; i++ {
+		s := &Spec{ID: fmt.Sprintf("%s-%04d", a.Name, i), App: a.Name, HotStandbys: hotStandbys}
+		for _, t := range a.Topics {
+			s.Sources = append(s.Sources, Source{Topic: t, Partition: i})
+		}
+		if err := s.Validate(); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}

@@ -1,0 +1,87 @@
+package shard
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/linxGnu/grocksdb"
+)
+
+// internalPrefix prefixes the keys consumerd itself keeps in a shard DB
+// (recovery-log position, source offsets). Applications must not write
+// keys with this prefix; the compaction filter never drops them.
+var internalPrefix = []byte("\x00consumerd/")
+
+// shardDB is an open shard database with the options it was opened with.
+type shardDB struct {
+	dir  string
+	db   *grocksdb.DB
+	opts *grocksdb.Options
+	ro   *grocksdb.ReadOptions
+	wo   *grocksdb.WriteOptions
+}
+
+// openShardDB opens (creating if missing) the shard's RocksDB at dir, with
+// the Consumer's OptionsIniter and Filterer applied. Writes never use
+// RocksDB's own WAL: the recovery log is the database's log.
+func openShardDB(dir string, c Consumer, logger hclog.Logger) (*shardDB, error) {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return nil, fmt.Errorf("create shard data directory: %w", err)
+	}
+	opts := grocksdb.NewDefaultOptions()
+	opts.SetCreateIfMissing(true)
+	if oi, ok := c.(OptionsIniter); ok {
+		if err := safeCall("InitOptions", func() error { oi.InitOptions(opts); return nil }); err != nil {
+			opts.Destroy()
+			return nil, err
+		}
+	}
+	if f, ok := c.(Filterer); ok {
+		opts.SetCompactionFilter(&compactionFilter{f: f, logger: logger})
+	}
+	db, err := grocksdb.OpenDb(opts, dir)
+	if err != nil {
+		opts.Destroy()
+		return nil, fmt.Errorf("open rocksdb %s: %w", dir, err)
+	}
+	wo := grocksdb.NewDefaultWriteOptions()
+	wo.DisableWAL(true)
+	return &shardDB{dir: dir, db: db, opts: opts, ro: grocksdb.NewDefaultReadOptions(), wo: wo}, nil
+}
+
+func (d *shardDB) Close() {
+	d.db.Close()
+	d.ro.Destroy()
+	d.wo.Destroy()
+	d.opts.Destroy()
+}
+
+// compactionFilter adapts a Filterer: consumerd's own keys are always kept,
+// and a panic in the application keeps the key (it runs on RocksDB's
+// threads, where a panic would kill the process).
+type compactionFilter struct {
+	f      Filterer
+	logger hclog.Logger
+}
+
+func (c *compactionFilter) Name() string { return "consumerd.Filterer" }
+
+func (c *compactionFilter) SetIgnoreSnapshots(bool) {}
+
+func (c *compactionFilter) Destroy() {}
+
+func (c *compactionFilter) Filter(level int, key, val []byte) (remove bool, newVal []byte) {
+	if bytes.HasPrefix(key, internalPrefix) {
+		return false, nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			c.logger.Error("compaction filter panicked; keeping the key", "panic", r)
+			remove = false
+		}
+	}()
+	return c.f.Filter(level, key, val), nil
+}

@@ -1,0 +1,73 @@
+// Package shard runs stateful stream consumers: it turns the allocator's
+// assignments into running shard replicas whose RocksDB state survives any
+// member's death and changes exactly once per source message.
+//
+// # Applications
+//
+// An application implements Consumer (plus optionally Filterer,
+// ShardIniter, ShardHalter, OptionsIniter; see interfaces.go) and is
+// registered as an App: a factory of Consumers and how to query and merge
+// its state. A shard is described by a Spec (stored as JSON at
+// <root>/items/<shard>): the app that runs it, the topic partitions it
+// consumes (Sources), its hot standbys, and its transaction durations.
+//
+// # Lifecycle
+//
+// Service follows allocator.Member.Local(). For each assignment of this
+// member it starts a replica, which:
+//
+//  1. BACKFILL: opens (or creates) the RocksDB at <DataDir>/shards/<shard>/
+//     with the Consumer's options and compaction filter, and replays the
+//     shard's recovery log (recoverylog.Player) from the position stored in
+//     the DB. A DB left by an earlier replica on this host is reused; if the
+//     log no longer holds its position (wal.ErrTruncated) it is wiped and
+//     rebuilt.
+//  2. STANDBY: once caught up, keeps tailing the log.
+//  3. On slot 0 (at once, or later when a standby is promoted): opens the
+//     recovery log with term = the slot-0 key's CreateRevision, which fences
+//     every older writer, appends a Fence and reads up to it (Handoff),
+//     loads the source offsets committed in the DB, opens a scanner per
+//     source after its offset, calls ShardIniter, and becomes PRIMARY.
+//  4. PRIMARY runs the transaction loop (below) until the assignment is
+//     removed (ShardHalter, then close; the DB is kept on disk for a fast
+//     restart), the member's lease is lost (Service.Run halts everything at
+//     once), or an error.
+//
+// Any error from the application (a panic included), RocksDB or the logs
+// moves the replica to FAILED with the error text (at most 4 KiB) in its
+// etcd status; that replica stops and the member's other replicas carry on.
+// A failed replica restarts only when it is given a new assignment (e.g.
+// after `consumerd shards unassign --failed`).
+//
+// # Transactions
+//
+// A transaction opens on the first source message; Consume is called for
+// each message (messages of several sources are merged, each source in
+// offset order). It closes when max_txn_duration passed, when its input
+// stalls after min_txn_duration, or at a size cap (Config.TxnMaxBytes of
+// input, Config.TxnMaxMessages). Flush then writes the cache to
+// Transaction(); the last consumed id of every source goes into the same
+// batch (recoverylog.OffsetKey); and the batch is committed to the recovery
+// log (recoverylog.Recorder.Commit), then applied to RocksDB once the log
+// acknowledged it. The next transaction consumes while that commit is in
+// flight, but cannot close before it completed: two deep at most.
+//
+// State and offsets change together, and only log-acknowledged Txn records
+// count, so after any crash the next primary resumes exactly where the
+// committed state ends: each message changes state exactly once. Messages
+// an application publishes (topic.Publisher) are at-least-once: a
+// transaction that fails after its Flush may publish again when retried.
+//
+// # Queries
+//
+// Service.Primary gives read access to a local primary's committed state
+// (what App.Query and App.Scan read); Resolver finds which shard owns a key
+// and which member runs its primary, from the allocator's mirror.
+//
+// # Metrics
+//
+// consumerd_shard_status (replicas by state), consumerd_shard_transactions_total,
+// consumerd_shard_messages_consumed_total, consumerd_shard_bytes_consumed_total,
+// consumerd_shard_txn_duration_seconds, consumerd_shard_source_lag_messages
+// and consumerd_shard_failures_total.
+package shard

@@ -1,0 +1,40 @@
+package shard
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// Prometheus metrics of the shard layer (DESIGN §8). Shard labels are
+// bounded by the member's item limit; channel labels by a shard's sources.
+var (
+	metricStatus = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "consumerd_shard_status",
+		Help: "Number of this process's shard replicas in each state.",
+	}, []string{"state"})
+	metricTransactions = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "consumerd_shard_transactions_total",
+		Help: "Transactions committed and applied by shard primaries.",
+	}, []string{"shard"})
+	metricMessages = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "consumerd_shard_messages_consumed_total",
+		Help: "Source messages passed to Consume.",
+	}, []string{"shard"})
+	metricBytes = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "consumerd_shard_bytes_consumed_total",
+		Help: "Bytes of source messages passed to Consume.",
+	}, []string{"shard"})
+	metricTxnDuration = promauto.NewHistogram(prometheus.HistogramOpts{
+		Name:    "consumerd_shard_txn_duration_seconds",
+		Help:    "Time from a transaction's first message until its commit was applied.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+	})
+	metricSourceLag = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "consumerd_shard_source_lag_messages",
+		Help: "Messages of a source channel not yet committed by its shard primary (last id - committed offset).",
+	}, []string{"shard", "channel"})
+	metricFailures = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "consumerd_shard_failures_total",
+		Help: "Shard replicas that stopped in state FAILED.",
+	}, []string{"shard"})
+)

@@ -1,0 +1,240 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/linxGnu/grocksdb"
+
+	"github.com/consumerd/consumerd/allocator"
+	"github.com/consumerd/consumerd/recoverylog"
+	"github.com/consumerd/consumerd/topic"
+	"github.com/consumerd/consumerd/wal"
+	"github.com/consumerd/consumerd/wal/message"
+)
+
+// source is one open source channel of a primary.
+type source struct {
+	part    topic.Partition
+	channel string
+	log     wal.WAL
+	scanner wal.Scanner
+}
+
+// inbound is a message read from a source, tagged with it.
+type inbound struct {
+	src *source
+	msg message.ImmutableMessage
+}
+
+// runPrimary opens the sources after the offsets stored with the state,
+// initialises the application, and runs the transaction loop until ctx is
+// done or something fails.
+func (r *replica) runPrimary(ctx context.Context, sdb *shardDB, consumer Consumer, rec *recoverylog.Recorder) (err error) {
+	spec := r.currentSpec()
+	defer func() {
+		// Close waits for the commit in flight, if any.
+		if cerr := rec.Close(); cerr != nil && err == nil && ctx.Err() == nil {
+			err = fmt.Errorf("close recorder: %w", cerr)
+		}
+	}()
+
+	offsets, err := recoverylog.LoadOffsets(sdb.db)
+	if err != nil {
+		return fmt.Errorf("load source offsets: %w", err)
+	}
+	srcCtx, stopSources := context.WithCancel(ctx)
+	var fwd sync.WaitGroup
+	var sources []*source
+	defer func() {
+		stopSources()
+		for _, s := range sources {
+			if s.scanner != nil {
+				_ = s.scanner.Close()
+			}
+		}
+		fwd.Wait()
+		for _, s := range sources {
+			s.log.Close()
+		}
+	}()
+	in := make(chan inbound, 1024)
+	srcErr := make(chan error, len(spec.Sources))
+	for _, sp := range spec.Sources {
+		src := &source{part: topic.Partition{Topic: sp.Topic, Index: sp.Partition}, channel: sp.Channel()}
+		src.log, err = r.svc.cfg.Opener.Open(ctx, &wal.OpenOption{Channel: src.channel})
+		if err != nil {
+			return fmt.Errorf("open source %s: %w", src.channel, err)
+		}
+		sources = append(sources, src)
+		from := offsets[src.channel]
+		src.scanner, err = src.log.Read(srcCtx, wal.ReadOption{VChannel: spec.ID, DeliverPolicy: wal.DeliverStartAfter(from)})
+		if err != nil {
+			return fmt.Errorf("read source %s after offset %d: %w", src.channel, from, err)
+		}
+		r.logger.Debug("source opened", "channel", src.channel, "after", from)
+		fwd.Add(1)
+		go func() {
+			defer fwd.Done()
+			forward(srcCtx, src, in, srcErr)
+		}()
+	}
+
+	sh := &primaryShard{
+		ctx: ctx, spec: spec, db: sdb.db, ro: sdb.ro, wo: sdb.wo,
+		txn: grocksdb.NewWriteBatch(), open: newOverlay(),
+	}
+	defer func() { sh.txn.Destroy() }()
+	if si, ok := consumer.(ShardIniter); ok {
+		if err := safeCall("InitShard", func() error { return si.InitShard(sh) }); err != nil {
+			return err
+		}
+	}
+	if sh2, ok := consumer.(ShardHalter); ok {
+		defer func() {
+			if herr := safeCall("HaltShard", func() error { sh2.HaltShard(sh); return nil }); herr != nil {
+				r.logger.Error("halt shard", "error", herr)
+			}
+		}()
+	}
+
+	committed := make(map[string]message.MessageID, len(offsets))
+	for k, v := range offsets {
+		committed[k] = v
+	}
+	lt := &lagTracker{r: r, sources: sources, committed: committed}
+	lt.refresh(ctx)
+	var lagWG sync.WaitGroup
+	lagCtx, stopLag := context.WithCancel(ctx)
+	lagWG.Add(1)
+	go func() {
+		defer lagWG.Done()
+		lt.run(lagCtx, r.svc.cfg.LagInterval)
+	}()
+	defer func() { stopLag(); lagWG.Wait() }()
+
+	r.dbMu.Lock()
+	r.query = &queryShard{ctx: ctx, spec: spec, db: sdb.db, ro: sdb.ro, wo: sdb.wo}
+	r.dbMu.Unlock()
+	defer func() {
+		r.dbMu.Lock()
+		r.query = nil
+		r.dbMu.Unlock()
+	}()
+
+	r.setState(ctx, allocator.StatePrimary, "")
+	loop := &txnLoop{
+		r: r, sh: sh, consumer: consumer, rec: rec, pub: r.svc.pub,
+		in: in, srcErr: srcErr, lag: lt,
+		maxBytes: r.svc.cfg.TxnMaxBytes, maxMessages: r.svc.cfg.TxnMaxMessages,
+	}
+	return loop.run(ctx)
+}
+
+// forward copies a scanner's messages to in until ctx ends; a scanner that
+// stops on its own reports why on errc.
+func forward(ctx context.Context, src *source, in chan<- inbound, errc chan<- error) {
+	ch := src.scanner.Chan()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case msg, ok := <-ch:
+			if !ok {
+				if ctx.Err() != nil {
+					return
+				}
+				err := src.scanner.Error()
+				if err == nil {
+					err = errors.New("scanner ended")
+				}
+				errc <- fmt.Errorf("source %s: %w", src.channel, err)
+				return
+			}
+			select {
+			case in <- inbound{src: src, msg: msg}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+// lagTracker keeps a primary's per-source lag: the channel's last id minus
+// the committed offset.
+type lagTracker struct {
+	r         *replica
+	sources   []*source
+	mu        sync.Mutex
+	committed map[string]message.MessageID
+	last      map[string]message.MessageID
+}
+
+func (l *lagTracker) commit(offsets map[string]message.MessageID) {
+	l.mu.Lock()
+	for k, v := range offsets {
+		l.committed[k] = v
+	}
+	l.mu.Unlock()
+	l.publish()
+}
+
+func (l *lagTracker) refresh(ctx context.Context) {
+	last := make(map[string]message.MessageID, len(l.sources))
+	for _, s := range l.sources {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		id, err := s.log.LastID(cctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				l.r.logger.Debug("source last id", "channel", s.channel, "error", err)
+			}
+			continue
+		}
+		last[s.channel] = id
+	}
+	l.mu.Lock()
+	if l.last == nil {
+		l.last = make(map[string]message.MessageID)
+	}
+	for k, v := range last {
+		l.last[k] = v
+	}
+	l.mu.Unlock()
+	l.publish()
+}
+
+func (l *lagTracker) publish() {
+	l.mu.Lock()
+	lag := make(map[string]int64, len(l.sources))
+	for _, s := range l.sources {
+		n := int64(l.last[s.channel]) - int64(l.committed[s.channel])
+		if n < 0 {
+			n = 0
+		}
+		lag[s.channel] = n
+	}
+	l.mu.Unlock()
+	for ch, n := range lag {
+		metricSourceLag.WithLabelValues(l.r.id, ch).Set(float64(n))
+	}
+	l.r.mu.Lock()
+	l.r.lag = lag
+	l.r.mu.Unlock()
+}
+
+func (l *lagTracker) run(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			l.refresh(ctx)
+		}
+	}
+}

@@ -1,0 +1,297 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/consumerd/consumerd/allocator"
+	"github.com/consumerd/consumerd/topic"
+	"github.com/consumerd/consumerd/wal"
+)
+
+// ErrLeaseLost is returned by Service.Run when the member's lease was lost
+// (or the member closed) while the service ran: every replica was halted.
+var ErrLeaseLost = errors.New("shard: member lease lost")
+
+// Defaults of Config's transaction caps.
+const (
+	// DefaultTxnMaxBytes caps the source bytes one transaction consumes.
+	DefaultTxnMaxBytes = 4 << 20
+	// DefaultTxnMaxMessages caps the source messages one transaction consumes.
+	DefaultTxnMaxMessages = 100_000
+	// DefaultLagInterval is how often a primary refreshes its source lag.
+	DefaultLagInterval = time.Second
+)
+
+// Config configures a Service.
+type Config struct {
+	// Member is this process's allocator member: the service runs a replica
+	// for each of its assignments and reports replica status through it.
+	Member *allocator.Member
+	// Opener opens recovery logs and source topic partitions.
+	Opener wal.Opener
+	// DataDir holds the shard databases, at <DataDir>/shards/<shard>/.
+	DataDir string
+	// Apps are the registered applications by name (App.Name).
+	Apps map[string]App
+	// Publisher is handed to Consume and Flush for output topics. Nil: the
+	// service makes one on Opener and closes it when Run returns.
+	Publisher *topic.Publisher
+	// TxnMaxBytes and TxnMaxMessages cap a transaction's input (zero:
+	// DefaultTxnMaxBytes, DefaultTxnMaxMessages).
+	TxnMaxBytes    int
+	TxnMaxMessages int
+	// LagInterval is how often primaries refresh source lag (zero:
+	// DefaultLagInterval).
+	LagInterval time.Duration
+	// Logger receives structured logs (nil: discard).
+	Logger hclog.Logger
+}
+
+// ReplicaInfo is one local replica as Service.Status reports it.
+type ReplicaInfo struct {
+	Shard string                 `json:"shard"`
+	App   string                 `json:"app"`
+	Slot  int                    `json:"slot"`
+	State allocator.ReplicaState `json:"state"`
+	Error string                 `json:"error,omitempty"`
+	// Lag is, per source channel, the last id in the channel minus the
+	// offset committed by this primary (primaries only).
+	Lag map[string]int64 `json:"lag,omitempty"`
+}
+
+// Service runs this member's shard replicas: it follows the member's
+// assignments (allocator.Member.Local), starts a replica per assignment,
+// promotes standbys that are moved to slot 0, and stops replicas whose
+// assignment is gone. See the package documentation for the lifecycle.
+type Service struct {
+	cfg    Config
+	logger hclog.Logger
+	pub    *topic.Publisher
+
+	mu       sync.Mutex
+	replicas map[string]*replica
+	wg       sync.WaitGroup // replica goroutines and status writers
+}
+
+// NewService returns a service; call Run to start it.
+func NewService(cfg Config) *Service {
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.TxnMaxBytes <= 0 {
+		cfg.TxnMaxBytes = DefaultTxnMaxBytes
+	}
+	if cfg.TxnMaxMessages <= 0 {
+		cfg.TxnMaxMessages = DefaultTxnMaxMessages
+	}
+	if cfg.LagInterval <= 0 {
+		cfg.LagInterval = DefaultLagInterval
+	}
+	return &Service{cfg: cfg, logger: cfg.Logger.Named("shard"), replicas: make(map[string]*replica)}
+}
+
+// Run follows the member's assignments until ctx is done (returns nil) or
+// the member's lease is lost (returns ErrLeaseLost). Either way every
+// replica is halted and its database closed before Run returns; local
+// databases are kept for a fast restart.
+func (s *Service) Run(ctx context.Context) error {
+	if s.cfg.Member == nil || s.cfg.Opener == nil {
+		return errors.New("shard service: Config.Member and Config.Opener are required")
+	}
+	if s.cfg.DataDir == "" {
+		return errors.New("shard service: Config.DataDir is required")
+	}
+	for name, app := range s.cfg.Apps {
+		if err := app.Validate(); err != nil {
+			return fmt.Errorf("shard service: %w", err)
+		}
+		if name != app.Name {
+			return fmt.Errorf("shard service: app registered as %q is named %q", name, app.Name)
+		}
+	}
+	s.pub = s.cfg.Publisher
+	if s.pub == nil {
+		s.pub = topic.NewPublisher(s.cfg.Opener, s.logger)
+		defer s.pub.Close()
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer func() {
+		cancel()
+		s.stopAll()
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.cfg.Member.Done():
+			s.logger.Error("member lease lost: halting every replica")
+			cancel()
+			s.stopAll()
+			return ErrLeaseLost
+		case ls := <-s.cfg.Member.Local():
+			s.reconcile(ctx, ls)
+		}
+	}
+}
+
+// stopAll cancels every replica and waits for them.
+func (s *Service) stopAll() {
+	s.mu.Lock()
+	for id, r := range s.replicas {
+		r.cancel()
+		delete(s.replicas, id)
+		defer r.clearState()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+// reconcile starts, promotes, updates and stops replicas to match ls.
+func (s *Service) reconcile(ctx context.Context, ls allocator.LocalState) {
+	want := make(map[string]allocator.Assignment, len(ls.Assignments))
+	for _, a := range ls.Assignments {
+		if a.Member != s.cfg.Member.ID() || a.Zone != s.cfg.Member.Zone() {
+			continue
+		}
+		want[a.Item] = a
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, r := range s.replicas {
+		if _, ok := want[id]; !ok {
+			s.logger.Info("assignment removed: stopping replica", "shard", id)
+			s.removeLocked(id, r)
+		}
+	}
+	ids := make([]string, 0, len(want))
+	for id := range want {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		a := want[id]
+		raw := ls.Items[id]
+		r, ok := s.replicas[id]
+		if ok && !r.needsRestart(a, raw) {
+			r.update(ctx, a, raw)
+			continue
+		}
+		var prev *replica
+		if ok {
+			s.logger.Info("assignment or spec changed: restarting replica", "shard", id, "slot", a.Slot)
+			s.removeLocked(id, r)
+			prev = r
+		}
+		s.startLocked(ctx, a, raw, prev)
+	}
+}
+
+func (s *Service) removeLocked(id string, r *replica) {
+	r.cancel()
+	delete(s.replicas, id)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		<-r.done
+		r.clearState()
+	}()
+}
+
+// startLocked starts a replica for a. prev, if any, is a replica of the same
+// shard that must release the database directory first.
+func (s *Service) startLocked(ctx context.Context, a allocator.Assignment, raw []byte, prev *replica) {
+	rctx, cancel := context.WithCancel(ctx)
+	r := &replica{
+		svc:       s,
+		id:        a.Item,
+		asg:       a,
+		raw:       append([]byte(nil), raw...),
+		logger:    s.logger.With("shard", a.Item),
+		prev:      prev,
+		cancel:    cancel,
+		done:      make(chan struct{}),
+		promoteCh: make(chan struct{}, 1),
+	}
+	if a.Slot == 0 {
+		r.promoteCh <- struct{}{}
+	}
+	spec, err := decodeSpec(a.Item, raw)
+	if err == nil {
+		app, ok := s.cfg.Apps[spec.App]
+		if !ok {
+			err = fmt.Errorf("shard spec %q: app: unknown app %q (registered: %v)", a.Item, spec.App, s.appNames())
+		}
+		r.spec, r.app = spec, app
+	}
+	s.replicas[a.Item] = r
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err != nil {
+			defer close(r.done)
+			r.fail(err)
+			return
+		}
+		r.run(rctx)
+	}()
+}
+
+func (s *Service) appNames() []string {
+	out := make([]string, 0, len(s.cfg.Apps))
+	for n := range s.cfg.Apps {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Status returns this member's replicas, sorted by shard.
+func (s *Service) Status() []ReplicaInfo {
+	s.mu.Lock()
+	rs := make([]*replica, 0, len(s.replicas))
+	for _, r := range s.replicas {
+		rs = append(rs, r)
+	}
+	s.mu.Unlock()
+	out := make([]ReplicaInfo, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, r.info())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Shard < out[j].Shard })
+	return out
+}
+
+// Primary gives query access to a local shard primary: a read-only Shard
+// whose Get and Database see committed state (Transaction is nil, Cache is
+// nil). The database stays open until release is called; call it promptly,
+// as it holds up the replica's shutdown. ok is false when shardID is not a
+// running primary on this member.
+func (s *Service) Primary(shardID string) (sh Shard, release func(), ok bool) {
+	s.mu.Lock()
+	r := s.replicas[shardID]
+	s.mu.Unlock()
+	if r == nil {
+		return nil, nil, false
+	}
+	return r.queryAccess()
+}
+
+// App returns the registered app by name.
+func (s *Service) App(name string) (App, bool) {
+	a, ok := s.cfg.Apps[name]
+	return a, ok
+}
+
+// sameSources reports whether two specs consume the same sources with the
+// same app (a change of either restarts the replica).
+func sameSources(a, b *Spec) bool {
+	return a.App == b.App && reflect.DeepEqual(a.Sources, b.Sources)
+}

@@ -1,0 +1,316 @@
+package shard
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"time"
+
+	"github.com/consumerd/consumerd/allocator"
+)
+
+// Defaults applied to a Spec whose transaction durations are zero.
+const (
+	// DefaultMinTxnDuration is the default min_txn_duration: zero, so a
+	// transaction closes as soon as its input stalls (no message is ready)
+	// and the previous commit has completed. Under load, the two-deep
+	// pipeline makes transactions grow on their own while a commit is in
+	// flight, so no minimum is needed for throughput.
+	DefaultMinTxnDuration = 0
+	// DefaultMaxTxnDuration is the default max_txn_duration: one second. It
+	// bounds how long a transaction keeps consuming while its input never
+	// stalls, and so bounds the latency of a commit and the work a failure
+	// throws away.
+	DefaultMaxTxnDuration = time.Second
+	// MaxHotStandbys bounds hot_standbys in a spec.
+	MaxHotStandbys = 16
+)
+
+// Spec is a shard's specification, stored as JSON at <root>/items/<shard>
+// (DESIGN §5). It is the allocator's item: DesiredReplication says how many
+// replicas (one primary plus hot standbys) the shard wants.
+type Spec struct {
+	// ID is the shard id ([A-Za-z0-9._-]+), e.g. "wordcount-0002".
+	ID string `json:"id"`
+	// App names the registered application (App.Name) that runs the shard.
+	App string `json:"app"`
+	// Sources are the topic partitions the shard consumes. Every source is
+	// read from after the offset committed with the shard's state.
+	Sources []Source `json:"sources"`
+	// HotStandbys is the number of standby replicas that tail the recovery
+	// log, ready to take over (0..MaxHotStandbys).
+	HotStandbys int `json:"hot_standbys"`
+	// MinTxnDuration is the least time a transaction stays open while its
+	// input stalls. Zero (the default) closes a transaction at the first
+	// stall.
+	MinTxnDuration Duration `json:"min_txn_duration"`
+	// MaxTxnDuration is the most time a transaction consumes before it
+	// closes. Zero means DefaultMaxTxnDuration (1s).
+	MaxTxnDuration Duration `json:"max_txn_duration"`
+	// Disable stops the shard: it is assigned to no member.
+	Disable bool `json:"disable"`
+	// Labels are free-form key/value pairs for operators.
+	Labels map[string]string `json:"labels,omitempty"`
+	// SnapshotIntervalBytes is how many bytes of recovery log the primary
+	// writes between snapshots (0: no snapshots).
+	SnapshotIntervalBytes int64 `json:"snapshot_interval_bytes,omitempty"`
+	// SnapshotsKept is how many snapshots are retained (0: the default).
+	SnapshotsKept int `json:"snapshots_kept,omitempty"`
+}
+
+// Source is one topic partition a shard consumes.
+type Source struct {
+	Topic     string `json:"topic"`
+	Partition int    `json:"partition"`
+}
+
+// Channel is the WAL channel of the source: "<topic>/<partition:04d>".
+func (s Source) Channel() string { return fmt.Sprintf("%s/%04d", s.Topic, s.Partition) }
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+
+// ValidateID checks a shard, app or topic name: non-empty, [A-Za-z0-9._-]+.
+func ValidateID(id string) error {
+	if id == "" {
+		return errors.New("must not be empty")
+	}
+	if len(id) > 200 {
+		return fmt.Errorf("%q is longer than 200 characters", id)
+	}
+	if !idPattern.MatchString(id) {
+		return fmt.Errorf("%q must match [A-Za-z0-9._-]+", id)
+	}
+	return nil
+}
+
+// Validate checks the spec and returns an error naming the first bad field,
+// e.g. `shard spec "wc-1": sources[1].partition: must be >= 0, got -2`.
+func (s *Spec) Validate() error {
+	if s == nil {
+		return errors.New("shard spec: is nil")
+	}
+	name := s.ID
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("shard spec %q: %s: %s", name, field, fmt.Sprintf(format, args...))
+	}
+	if err := ValidateID(s.ID); err != nil {
+		return bad("id", "%v", err)
+	}
+	if err := ValidateID(s.App); err != nil {
+		return bad("app", "%v", err)
+	}
+	if len(s.Sources) == 0 {
+		return bad("sources", "must name at least one {topic, partition}")
+	}
+	seen := make(map[Source]int, len(s.Sources))
+	for i, src := range s.Sources {
+		if err := ValidateID(src.Topic); err != nil {
+			return bad(fmt.Sprintf("sources[%d].topic", i), "%v", err)
+		}
+		if src.Partition < 0 || src.Partition > 9999 {
+			return bad(fmt.Sprintf("sources[%d].partition", i), "must be in 0..9999, got %d", src.Partition)
+		}
+		if j, dup := seen[src]; dup {
+			return bad(fmt.Sprintf("sources[%d]", i), "duplicates sources[%d] (%s)", j, src.Channel())
+		}
+		seen[src] = i
+	}
+	if s.HotStandbys < 0 || s.HotStandbys > MaxHotStandbys {
+		return bad("hot_standbys", "must be in 0..%d, got %d", MaxHotStandbys, s.HotStandbys)
+	}
+	if s.MinTxnDuration < 0 {
+		return bad("min_txn_duration", "must not be negative, got %s", s.MinTxnDuration)
+	}
+	if s.MaxTxnDuration < 0 {
+		return bad("max_txn_duration", "must not be negative, got %s", s.MaxTxnDuration)
+	}
+	if s.MinTxnDuration > 0 && time.Duration(s.MinTxnDuration) > s.EffectiveMaxTxnDuration() {
+		return bad("min_txn_duration", "%s exceeds max_txn_duration %s", s.MinTxnDuration, Duration(s.EffectiveMaxTxnDuration()))
+	}
+	for k := range s.Labels {
+		if k == "" {
+			return bad("labels", "a label name must not be empty")
+		}
+	}
+	if s.SnapshotIntervalBytes < 0 {
+		return bad("snapshot_interval_bytes", "must not be negative, got %d", s.SnapshotIntervalBytes)
+	}
+	if s.SnapshotsKept < 0 {
+		return bad("snapshots_kept", "must not be negative, got %d", s.SnapshotsKept)
+	}
+	return nil
+}
+
+// DesiredReplication is 1 + HotStandbys, or 0 when the shard is disabled.
+// It makes *Spec an allocator.Item.
+func (s *Spec) DesiredReplication() int {
+	if s.Disable {
+		return 0
+	}
+	return 1 + s.HotStandbys
+}
+
+// EffectiveMinTxnDuration is MinTxnDuration (zero by default).
+func (s *Spec) EffectiveMinTxnDuration() time.Duration { return time.Duration(s.MinTxnDuration) }
+
+// EffectiveMaxTxnDuration is MaxTxnDuration, or DefaultMaxTxnDuration when zero.
+func (s *Spec) EffectiveMaxTxnDuration() time.Duration {
+	if s.MaxTxnDuration == 0 {
+		return DefaultMaxTxnDuration
+	}
+	return time.Duration(s.MaxTxnDuration)
+}
+
+// Partition is the partition index of the shard's first source (a shard
+// made by `shards create` reads the same index of each of its topics).
+func (s *Spec) Partition() int {
+	if len(s.Sources) == 0 {
+		return 0
+	}
+	return s.Sources[0].Partition
+}
+
+// specFields are the JSON field names of Spec, for ParseSpec's check.
+var specFields = map[string]bool{
+	"id": true, "app": true, "sources": true, "hot_standbys": true,
+	"min_txn_duration": true, "max_txn_duration": true, "disable": true,
+	"labels": true, "snapshot_interval_bytes": true, "snapshots_kept": true,
+}
+
+// UnmarshalJSON decodes a spec, naming the field of a bad duration. Unknown
+// fields are ignored here (a spec written by a newer version still loads);
+// ParseSpec rejects them.
+func (s *Spec) UnmarshalJSON(b []byte) error {
+	type plain Spec
+	aux := struct {
+		*plain
+		Min json.RawMessage `json:"min_txn_duration"`
+		Max json.RawMessage `json:"max_txn_duration"`
+	}{plain: (*plain)(s)}
+	if err := json.Unmarshal(b, &aux); err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+		dst  *Duration
+	}{{"min_txn_duration", aux.Min, &s.MinTxnDuration}, {"max_txn_duration", aux.Max, &s.MaxTxnDuration}} {
+		*f.dst = 0
+		if len(f.raw) == 0 || string(f.raw) == "null" {
+			continue
+		}
+		if err := f.dst.UnmarshalJSON(f.raw); err != nil {
+			return fmt.Errorf("%s: %w", f.name, err)
+		}
+	}
+	return nil
+}
+
+// ParseSpec decodes and validates one JSON spec as an operator wrote it.
+// Unknown fields are errors, so a misspelt field is reported rather than
+// ignored.
+func ParseSpec(raw []byte) (*Spec, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return nil, fmt.Errorf("shard spec: %w", err)
+	}
+	names := make([]string, 0, len(fields))
+	for k := range fields {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		if !specFields[k] {
+			return nil, fmt.Errorf("shard spec: unknown field %q", k)
+		}
+	}
+	var s Spec
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return nil, fmt.Errorf("shard spec: %w", err)
+	}
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// DecodeSpec decodes the value of <root>/items/<id>; it has the signature of
+// allocator.Config.DecodeItem and returns a *Spec. The spec's id must be
+// empty (it is filled in) or equal id.
+func DecodeSpec(id string, raw []byte) (allocator.Item, error) {
+	s, err := decodeSpec(id, raw)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func decodeSpec(id string, raw []byte) (*Spec, error) {
+	var s Spec
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return nil, fmt.Errorf("shard spec %q: %w", id, err)
+	}
+	if s.ID == "" {
+		s.ID = id
+	}
+	if s.ID != id {
+		return nil, fmt.Errorf("shard spec %q: id: %q does not match its key", id, s.ID)
+	}
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// TopicPartitions derives each topic's partition count from the specs: 1 +
+// the highest partition any spec sources from it. Nil specs are skipped.
+func TopicPartitions(specs []*Spec) map[string]int {
+	out := make(map[string]int)
+	for _, s := range specs {
+		if s == nil {
+			continue
+		}
+		for _, src := range s.Sources {
+			if n := src.Partition + 1; n > out[src.Topic] {
+				out[src.Topic] = n
+			}
+		}
+	}
+	return out
+}
+
+// SortSpecs orders specs by id.
+func SortSpecs(specs []*Spec) {
+	sort.Slice(specs, func(i, j int) bool { return specs[i].ID < specs[j].ID })
+}
+
+// Duration is a time.Duration that reads and writes JSON as a Go duration
+// string ("250ms", "1s", "1m30s"). An empty string is zero.
+type Duration time.Duration
+
+// String formats like time.Duration.
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalJSON writes the duration as a Go duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON reads a Go duration string. A bare number is rejected, as
+// its unit would be a guess.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration %s: want a Go duration string such as \"500ms\" or \"2s\"", string(b))
+	}
+	if s == "" {
+		*d = 0
+		return nil
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("duration %q: %w", s, err)
+	}
+	*d = Duration(v)
+	return nil
+}
