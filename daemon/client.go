@@ -1,0 +1,176 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/spf13/pflag"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/consumerd/consumerd/allocator"
+	"github.com/consumerd/consumerd/shard"
+	"github.com/consumerd/consumerd/wal"
+	"github.com/consumerd/consumerd/wal/walimpls/jetstream"
+)
+
+// maxTxnOps is etcd's default --max-txn-ops: a txn holds at most this many ops.
+const maxTxnOps = 128
+
+// clientFlags are the connection flags every client subcommand takes.
+type clientFlags struct {
+	etcdEndpoints []string
+	etcdPrefix    string
+	walURL        string
+	dialTimeout   time.Duration
+}
+
+func (c *clientFlags) bind(fs *pflag.FlagSet) {
+	fs.StringSliceVar(&c.etcdEndpoints, "etcd.endpoints", []string{"127.0.0.1:2379"}, "etcd endpoints, comma separated")
+	fs.StringVar(&c.etcdPrefix, "etcd.prefix", "/consumerd", "root of consumerd's keys in etcd")
+	fs.StringVar(&c.walURL, "wal.url", "nats://127.0.0.1:4222", "NATS URL(s) of the JetStream WAL, comma separated (publish, shards list)")
+	fs.DurationVar(&c.dialTimeout, "dial-timeout", 5*time.Second, "how long to try reaching etcd, NATS and members before giving up")
+}
+
+func (c *clientFlags) validate() error {
+	if len(c.etcdEndpoints) == 0 {
+		return usagef("--etcd.endpoints: must name at least one endpoint")
+	}
+	if !strings.HasPrefix(c.etcdPrefix, "/") || strings.HasSuffix(c.etcdPrefix, "/") {
+		return usagef("--etcd.prefix: %q must start with '/' and not end with '/'", c.etcdPrefix)
+	}
+	if c.dialTimeout <= 0 {
+		return usagef("--dial-timeout: %s must be positive", c.dialTimeout)
+	}
+	return nil
+}
+
+// etcd connects to etcd and checks that it answers (the client itself
+// connects lazily, so an unreachable cluster would otherwise surface later
+// as a hang).
+func (c *clientFlags) etcd(ctx context.Context) (*clientv3.Client, error) {
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return dialEtcdTimeout(ctx, c.etcdEndpoints, c.dialTimeout)
+}
+
+func dialEtcd(ctx context.Context, endpoints []string, log hclog.Logger) (*clientv3.Client, error) {
+	return dialEtcdTimeout(ctx, endpoints, 10*time.Second)
+}
+
+func dialEtcdTimeout(ctx context.Context, endpoints []string, timeout time.Duration) (*clientv3.Client, error) {
+	where := strings.Join(endpoints, ",")
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: timeout,
+		Logger:      zap.NewNop(),
+		Context:     ctx,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach etcd at %s: %w", where, err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if _, err := cli.Get(cctx, "\x00consumerd/ping", clientv3.WithCountOnly()); err != nil {
+		cli.Close()
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("no answer within %s", timeout)
+		}
+		return nil, fmt.Errorf("cannot reach etcd at %s: %w", where, err)
+	}
+	return cli, nil
+}
+
+// openWAL connects to the NATS JetStream WAL at url.
+func openWAL(url string, replicas int, log hclog.Logger) (wal.Opener, error) {
+	b := jetstream.NewBuilder(jetstream.Config{URL: url, Replicas: replicas, Logger: log})
+	op, err := wal.NewOpenerBuilder(b, wal.WithLogger(log)).Build()
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach NATS JetStream at %s: %w", url, err)
+	}
+	return op, nil
+}
+
+// loadSnapshot reads the whole keyspace once.
+func loadSnapshot(ctx context.Context, cli *clientv3.Client, prefix string) (allocator.Snapshot, error) {
+	ks := allocator.NewKeySpace(cli, prefix, shard.DecodeSpec, hclog.NewNullLogger())
+	if err := ks.Load(ctx); err != nil {
+		return allocator.Snapshot{}, fmt.Errorf("reading %s/ from etcd: %w", prefix, err)
+	}
+	return ks.Snapshot(), nil
+}
+
+// specsOf returns the decoded shard specs of a snapshot, sorted by id. Items
+// that failed to decode are skipped.
+func specsOf(snap allocator.Snapshot) []*shard.Spec {
+	var out []*shard.Spec
+	for _, it := range snap.Items {
+		if s, ok := it.Item.(*shard.Spec); ok && s != nil {
+			out = append(out, s)
+		}
+	}
+	shard.SortSpecs(out)
+	return out
+}
+
+// ensureShards creates n shards of app when no shard of app exists; it
+// returns how many it created.
+func ensureShards(ctx context.Context, cli *clientv3.Client, prefix string, app shard.App, n int) (int, error) {
+	snap, err := loadSnapshot(ctx, cli, prefix)
+	if err != nil {
+		return 0, err
+	}
+	for _, s := range specsOf(snap) {
+		if s.App == app.Name {
+			return 0, nil
+		}
+	}
+	specs, err := app.SpecsFor(n, 0)
+	if err != nil {
+		return 0, err
+	}
+	if err := createSpecs(ctx, cli, prefix, specs); err != nil {
+		return 0, err
+	}
+	return len(specs), nil
+}
+
+// createSpecs writes specs that must not exist yet, in txns of at most
+// maxTxnOps keys, each guarded so that an existing shard is never overwritten.
+func createSpecs(ctx context.Context, cli *clientv3.Client, prefix string, specs []*shard.Spec) error {
+	for start := 0; start < len(specs); start += maxTxnOps {
+		batch := specs[start:min(start+maxTxnOps, len(specs))]
+		var cmps []clientv3.Cmp
+		var ops []clientv3.Op
+		for _, s := range batch {
+			raw, err := json.Marshal(s)
+			if err != nil {
+				return fmt.Errorf("encoding shard %s: %w", s.ID, err)
+			}
+			key := allocator.ItemKey(prefix, s.ID)
+			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(key), "=", 0))
+			ops = append(ops, clientv3.OpPut(key, string(raw)))
+		}
+		resp, err := cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		if err != nil {
+			return fmt.Errorf("writing shard specs to etcd: %w", err)
+		}
+		if !resp.Succeeded {
+			var exist []string
+			for _, s := range batch {
+				g, err := cli.Get(ctx, allocator.ItemKey(prefix, s.ID), clientv3.WithCountOnly())
+				if err == nil && g.Count > 0 {
+					exist = append(exist, s.ID)
+				}
+			}
+			return fmt.Errorf("shards already exist: %s (use 'shards apply' to change them)", strings.Join(exist, ", "))
+		}
+	}
+	return nil
+}

@@ -1,0 +1,186 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/spf13/pflag"
+)
+
+// ServeConfig is the configuration of `consumerd serve`, one field per flag.
+type ServeConfig struct {
+	EtcdEndpoints []string
+	EtcdPrefix    string
+	LeaseTTL      time.Duration
+	WALURL        string
+	WALSync       string
+	WALReplicas   int
+	MemberID      string
+	Zone          string
+	Limit         int
+	DataDir       string
+	HTTPAddr      string
+	App           string
+	LogLevel      string
+	LogFormat     string
+
+	ShutdownTimeout time.Duration
+
+	// Embedded servers (used only when EtcdEndpoints / WALURL are empty).
+	EmbeddedEtcdClientURL string
+	EmbeddedEtcdPeerURL   string
+	EmbeddedNATSAddr      string
+	EmbeddedShards        int
+}
+
+func defaultMemberID() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "member"
+	}
+	// Host names may hold characters that are not legal in ids.
+	var b strings.Builder
+	for _, r := range h {
+		if r == '.' || r == '-' || r == '_' || (r >= '0' && r <= '9') || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') {
+			b.WriteRune(r)
+		} else {
+			b.WriteRune('_')
+		}
+	}
+	return b.String()
+}
+
+// bindServeFlags registers serve's flags on fs with their defaults.
+func (c *ServeConfig) bindFlags(fs *pflag.FlagSet, defaultApp string) {
+	fs.StringSliceVar(&c.EtcdEndpoints, "etcd.endpoints", nil, "etcd endpoints, comma separated; empty starts an embedded etcd")
+	fs.StringVar(&c.EtcdPrefix, "etcd.prefix", "/consumerd", "root of consumerd's keys in etcd")
+	fs.DurationVar(&c.LeaseTTL, "etcd.lease-ttl", 10*time.Second, "member lease TTL: a member that stops renewing it loses its shards after this long")
+	fs.StringVar(&c.WALURL, "wal.url", "", "NATS URL(s) of the JetStream WAL, comma separated; empty starts an embedded nats-server with JetStream")
+	fs.StringVar(&c.WALSync, "wal.sync", "default", "embedded JetStream fsync policy: 'always' fsyncs every append before acknowledging it (survives power loss, costs an fsync per append batch); 'default' fsyncs every 2 minutes (survives process crashes only)")
+	fs.IntVar(&c.WALReplicas, "wal.replicas", 1, "JetStream stream replicas for new channels (3 on a NATS cluster)")
+	fs.StringVar(&c.MemberID, "member.id", defaultMemberID(), "member id, unique within its zone ([A-Za-z0-9._-]+)")
+	fs.StringVar(&c.Zone, "member.zone", "local", "failure zone: a shard's replicas are spread across zones")
+	fs.IntVar(&c.Limit, "member.limit", 1024, "most shard replicas this member holds")
+	fs.StringVar(&c.DataDir, "data-dir", "./consumerd-data", "directory for shard databases (and the embedded servers' data)")
+	fs.StringVar(&c.HTTPAddr, "http.addr", "127.0.0.1:8080", "HTTP listen address: /metrics /livez /readyz /v1/status /v1/query; also the member's advertised endpoint")
+	fs.StringVar(&c.App, "app", defaultApp, "built-in application whose shards this member runs")
+	fs.StringVar(&c.LogLevel, "log.level", "info", "log level: trace, debug, info, warn, error")
+	fs.StringVar(&c.LogFormat, "log.format", "text", "log format: text or json")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 60*time.Second, "on SIGTERM/SIGINT, how long to wait for the shards to move elsewhere before exiting anyway (non-zero exit)")
+	fs.StringVar(&c.EmbeddedEtcdClientURL, "embedded.etcd-client-url", "http://127.0.0.1:2379", "client URL of the embedded etcd")
+	fs.StringVar(&c.EmbeddedEtcdPeerURL, "embedded.etcd-peer-url", "http://127.0.0.1:2380", "peer URL of the embedded etcd")
+	fs.StringVar(&c.EmbeddedNATSAddr, "embedded.nats-addr", "127.0.0.1:4222", "listen address of the embedded nats-server")
+	fs.IntVar(&c.EmbeddedShards, "embedded.shards", 4, "with embedded etcd, shards of --app to create when it has none (0: create none)")
+}
+
+// Embedded reports whether serve starts its own etcd.
+func (c *ServeConfig) EmbeddedEtcd() bool { return len(c.EtcdEndpoints) == 0 }
+
+// EmbeddedWAL reports whether serve starts its own nats-server.
+func (c *ServeConfig) EmbeddedWAL() bool { return c.WALURL == "" }
+
+// Validate checks the configuration and names the first bad flag.
+func (c *ServeConfig) Validate() error {
+	var errs []error
+	bad := func(flag, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("--%s: %s", flag, fmt.Sprintf(format, args...)))
+	}
+	for _, ep := range c.EtcdEndpoints {
+		if strings.TrimSpace(ep) == "" {
+			bad("etcd.endpoints", "empty endpoint in list %q", strings.Join(c.EtcdEndpoints, ","))
+		}
+	}
+	if !strings.HasPrefix(c.EtcdPrefix, "/") || strings.HasSuffix(c.EtcdPrefix, "/") {
+		bad("etcd.prefix", "%q must start with '/' and not end with '/'", c.EtcdPrefix)
+	}
+	if c.LeaseTTL < time.Second || c.LeaseTTL%time.Second != 0 {
+		bad("etcd.lease-ttl", "%s must be a whole number of seconds, at least 1s (etcd leases have second granularity)", c.LeaseTTL)
+	}
+	if c.WALURL != "" {
+		for _, u := range strings.Split(c.WALURL, ",") {
+			if _, err := url.Parse(strings.TrimSpace(u)); err != nil || !strings.Contains(u, "://") {
+				bad("wal.url", "%q is not a URL like nats://host:4222", u)
+			}
+		}
+	}
+	if c.WALSync != "always" && c.WALSync != "default" {
+		bad("wal.sync", "%q must be 'always' or 'default'", c.WALSync)
+	}
+	if c.WALReplicas < 1 || c.WALReplicas > 5 {
+		bad("wal.replicas", "%d must be between 1 and 5", c.WALReplicas)
+	}
+	if err := validID(c.MemberID); err != nil {
+		bad("member.id", "%v", err)
+	}
+	if err := validID(c.Zone); err != nil {
+		bad("member.zone", "%v", err)
+	}
+	if c.Limit < 0 {
+		bad("member.limit", "%d must not be negative", c.Limit)
+	}
+	if c.DataDir == "" {
+		bad("data-dir", "must not be empty")
+	}
+	if _, port, err := net.SplitHostPort(c.HTTPAddr); err != nil || port == "" {
+		bad("http.addr", "%q is not host:port", c.HTTPAddr)
+	}
+	if c.App == "" {
+		bad("app", "must not be empty")
+	}
+	if hclog.LevelFromString(c.LogLevel) == hclog.NoLevel {
+		bad("log.level", "%q must be one of trace, debug, info, warn, error", c.LogLevel)
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		bad("log.format", "%q must be 'text' or 'json'", c.LogFormat)
+	}
+	if c.ShutdownTimeout <= 0 {
+		bad("shutdown-timeout", "%s must be positive", c.ShutdownTimeout)
+	}
+	if c.EmbeddedEtcd() {
+		for flag, u := range map[string]string{"embedded.etcd-client-url": c.EmbeddedEtcdClientURL, "embedded.etcd-peer-url": c.EmbeddedEtcdPeerURL} {
+			if pu, err := url.Parse(u); err != nil || pu.Host == "" || (pu.Scheme != "http" && pu.Scheme != "https") {
+				bad(flag, "%q is not a URL like http://127.0.0.1:2379", u)
+			}
+		}
+		if c.EmbeddedShards < 0 {
+			bad("embedded.shards", "%d must not be negative", c.EmbeddedShards)
+		}
+	}
+	if c.EmbeddedWAL() {
+		if _, _, err := net.SplitHostPort(c.EmbeddedNATSAddr); err != nil {
+			bad("embedded.nats-addr", "%q is not host:port", c.EmbeddedNATSAddr)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// validID mirrors allocator.ValidID ([A-Za-z0-9._-]+) without importing it
+// here, so config validation is pure.
+func validID(id string) error {
+	if id == "" {
+		return errors.New("empty id")
+	}
+	for _, r := range id {
+		if !(r == '.' || r == '-' || r == '_' || (r >= '0' && r <= '9') || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z')) {
+			return fmt.Errorf("id %q has character %q; ids are [A-Za-z0-9._-]+", id, r)
+		}
+	}
+	return nil
+}
+
+// newLogger builds the process logger from --log.level and --log.format.
+func newLogger(level, format string, out interface{ Write([]byte) (int, error) }) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{
+		Name:       "consumerd",
+		Level:      hclog.LevelFromString(level),
+		JSONFormat: format == "json",
+		Output:     out,
+		TimeFormat: "2006-01-02T15:04:05.000Z07:00",
+	})
+}

@@ -1,0 +1,38 @@
+// Package daemon is the consumerd command line: the `serve` member process
+// and the client subcommands (shards, members, publish, query), as specified
+// in DESIGN.md §7. cmd/consumerd is a one-line main around it; a team that
+// writes its own application builds its own daemon the same way:
+//
+//	func main() { os.Exit(daemon.Main(myapp.App(), wordcount.App())) }
+//
+// # How it fits
+//
+// serve wires the other packages together: it starts (or connects to) etcd
+// and the NATS JetStream WAL, joins the cluster as an allocator.Member whose
+// items are shard.Specs (DecodeItem: shard.DecodeSpec, endpoint: the HTTP
+// address), runs a shard.Service that follows the member's assignments, and
+// serves HTTP: /metrics, /livez, /readyz, /v1/status and /v1/query. When the
+// member's lease is lost (e.g. the process was frozen past its TTL) the
+// session is torn down — every replica stops — and the member joins again
+// under a new lease. SIGTERM/SIGINT marks the member exiting; the leader
+// drains it make-before-break and serve exits 0 once nothing is assigned,
+// or 1 after --shutdown-timeout; a second signal exits at once.
+//
+// Client subcommands read the keyspace once (allocator.KeySpace.Load), write
+// specs in guarded etcd txns of at most 128 ops, publish through
+// topic.Publisher, and gather query answers from every shard primary over
+// HTTP (never a partial answer: a shard without a serving primary is an
+// error).
+//
+// Every flag is mirrored by an environment variable, CONSUMERD_ + the flag
+// upper-cased with '.' and '-' as '_'; a flag given on the command line wins.
+//
+// # Essential types
+//
+//   - Main / Run: run the command line, return the exit code (0 ok, 1 error,
+//     2 usage error). Errors print as one line; panics are caught.
+//   - Options: the apps a binary knows, and its streams/env/signals (tests).
+//   - ServeConfig: serve's flags, with Validate naming the bad flag.
+//   - StatusResponse, QueryResponse, ShardRow, MemberRow: the JSON shapes of
+//     /v1/status, /v1/query, `shards list -o json`, `members list -o json`.
+package daemon

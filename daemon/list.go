@@ -1,0 +1,398 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/spf13/cobra"
+
+	"github.com/consumerd/consumerd/allocator"
+	"github.com/consumerd/consumerd/shard"
+	"github.com/consumerd/consumerd/wal"
+	"github.com/consumerd/consumerd/wal/message"
+)
+
+// ShardRow is one shard of `shards list -o json` (DESIGN §7).
+type ShardRow struct {
+	ID string `json:"id"`
+	// Status is the primary's state (PRIMARY, BACKFILL, FAILED, ...),
+	// UNASSIGNED when the shard has no primary, DISABLED when disabled.
+	Status string `json:"status"`
+	// Primary is the member id of slot 0, or "".
+	Primary  string       `json:"primary"`
+	Replicas []ReplicaRow `json:"replicas"`
+	// Lag is, per source channel, the channel's last message id minus the
+	// offset the primary has consumed to. A channel is missing when it could
+	// not be measured (no primary, primary or WAL unreachable).
+	Lag map[string]int64 `json:"lag"`
+}
+
+// ReplicaRow is one replica of a ShardRow.
+type ReplicaRow struct {
+	Member string `json:"member"`
+	Zone   string `json:"zone"`
+	Slot   int    `json:"slot"`
+	State  string `json:"state"`
+	Error  string `json:"error,omitempty"`
+}
+
+// MemberRow is one member of `members list -o json` (DESIGN §7).
+type MemberRow struct {
+	ID        string `json:"id"`
+	Zone      string `json:"zone"`
+	Endpoint  string `json:"endpoint"`
+	ItemLimit int    `json:"item_limit"`
+	Exiting   bool   `json:"exiting"`
+	Leader    bool   `json:"leader"`
+}
+
+// StatusUnassigned and StatusDisabled are ShardRow.Status values besides the
+// replica states.
+const (
+	StatusUnassigned = "UNASSIGNED"
+	StatusDisabled   = "DISABLED"
+)
+
+// shardRows builds the rows of `shards list` from a snapshot (pure).
+func shardRows(snap allocator.Snapshot) []ShardRow {
+	byItem := map[string][]allocator.Assignment{}
+	for _, a := range snap.Assignments {
+		byItem[a.Item] = append(byItem[a.Item], a)
+	}
+	ids := make([]string, 0, len(snap.Items))
+	for id := range snap.Items {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	rows := make([]ShardRow, 0, len(ids))
+	for _, id := range ids {
+		row := ShardRow{ID: id, Status: StatusUnassigned, Replicas: []ReplicaRow{}, Lag: map[string]int64{}}
+		if s, ok := snap.Items[id].Item.(*shard.Spec); ok && s != nil && s.Disable {
+			row.Status = StatusDisabled
+		}
+		as := byItem[id]
+		sort.Slice(as, func(i, j int) bool { return as[i].Slot < as[j].Slot })
+		for _, a := range as {
+			row.Replicas = append(row.Replicas, ReplicaRow{Member: a.Member, Zone: a.Zone, Slot: a.Slot, State: string(a.Status.State), Error: a.Status.Error})
+			if a.Slot == 0 {
+				row.Primary = a.Member
+				if row.Status != StatusDisabled {
+					row.Status = string(a.Status.State)
+				}
+			}
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+// memberRows builds the rows of `members list` from a snapshot (pure).
+func memberRows(snap allocator.Snapshot) []MemberRow {
+	rows := make([]MemberRow, 0, len(snap.Members))
+	for _, m := range snap.Members {
+		rows = append(rows, MemberRow{
+			ID: m.ID, Zone: m.Zone, Endpoint: m.Spec.Endpoint, ItemLimit: m.Spec.ItemLimit,
+			Exiting: m.Spec.Exiting, Leader: snap.Leader == m.Zone+"/"+m.ID,
+		})
+	}
+	sort.Slice(rows, func(i, j int) bool {
+		if rows[i].Zone != rows[j].Zone {
+			return rows[i].Zone < rows[j].Zone
+		}
+		return rows[i].ID < rows[j].ID
+	})
+	return rows
+}
+
+// endpointOf returns the endpoint of member zone/id in snap.
+func endpointOf(snap allocator.Snapshot, zone, id string) string {
+	for _, m := range snap.Members {
+		if m.Zone == zone && m.ID == id {
+			return m.Spec.Endpoint
+		}
+	}
+	return ""
+}
+
+// primaryOf returns the slot-0 assignment of shard id.
+func primaryOf(snap allocator.Snapshot, id string) (allocator.Assignment, bool) {
+	for _, a := range snap.Assignments {
+		if a.Item == id && a.Slot == 0 {
+			return a, true
+		}
+	}
+	return allocator.Assignment{}, false
+}
+
+// fillLag sets rows' lag: WAL LastID minus the offset the primary reports in
+// its /v1/status. Channels that cannot be measured are left out, and a note
+// goes to warn.
+func fillLag(ctx context.Context, snap allocator.Snapshot, rows []ShardRow, opener wal.Opener, hc *http.Client, warn io.Writer) {
+	statuses := map[string]*StatusResponse{} // by endpoint
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, row := range rows {
+		p, ok := primaryOf(snap, row.ID)
+		if !ok {
+			continue
+		}
+		ep := endpointOf(snap, p.Zone, p.Member)
+		if ep == "" {
+			continue
+		}
+		mu.Lock()
+		_, seen := statuses[ep]
+		statuses[ep] = nil
+		mu.Unlock()
+		if seen {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st, err := fetchStatus(ctx, hc, ep)
+			if err != nil {
+				fmt.Fprintf(warn, "note: lag unknown for shards of %s/%s: %v\n", p.Zone, p.Member, err)
+				return
+			}
+			mu.Lock()
+			statuses[ep] = st
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+
+	lastIDs := map[string]message.MessageID{}
+	walOK := opener != nil
+	for i, row := range rows {
+		p, ok := primaryOf(snap, row.ID)
+		if !ok {
+			continue
+		}
+		st := statuses[endpointOf(snap, p.Zone, p.Member)]
+		if st == nil {
+			continue
+		}
+		for _, r := range st.Replicas {
+			if r.Shard != row.ID || r.Slot != 0 {
+				continue
+			}
+			for ch, reported := range r.Lag {
+				lag := reported
+				off, haveOffset := r.Offsets[ch]
+				src := struct {
+					Channel string
+					Offset  uint64
+				}{ch, off}
+				if walOK && haveOffset {
+					last, seen := lastIDs[src.Channel]
+					if !seen {
+						var err error
+						last, err = lastID(ctx, opener, src.Channel)
+						if err != nil {
+							fmt.Fprintf(warn, "note: WAL: %v; showing the lag the primaries report\n", err)
+							walOK = false
+						} else {
+							lastIDs[src.Channel] = last
+						}
+					}
+					if walOK {
+						lag = int64(last) - int64(src.Offset)
+						if lag < 0 {
+							lag = 0
+						}
+					}
+				}
+				rows[i].Lag[src.Channel] = lag
+			}
+		}
+	}
+}
+
+func lastID(ctx context.Context, opener wal.Opener, channel string) (message.MessageID, error) {
+	w, err := opener.Open(ctx, &wal.OpenOption{Channel: channel})
+	if err != nil {
+		return 0, fmt.Errorf("opening %s: %w", channel, err)
+	}
+	defer w.Close()
+	id, err := w.LastID(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("last id of %s: %w", channel, err)
+	}
+	return id, nil
+}
+
+func fetchStatus(ctx context.Context, hc *http.Client, endpoint string) (*StatusResponse, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint+"/v1/status", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return nil, fmt.Errorf("GET %s/v1/status: %s: %s", endpoint, resp.Status, strings.TrimSpace(string(b)))
+	}
+	var st StatusResponse
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return nil, fmt.Errorf("GET %s/v1/status: decoding: %w", endpoint, err)
+	}
+	return &st, nil
+}
+
+func validateOutput(o string) error {
+	if o != "table" && o != "json" {
+		return usagef("-o: %q must be 'table' or 'json'", o)
+	}
+	return nil
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// writeShardTable prints rows as an aligned table.
+func writeShardTable(w io.Writer, rows []ShardRow) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATUS\tPRIMARY\tREPLICAS\tLAG")
+	for _, r := range rows {
+		var reps []string
+		for _, rep := range r.Replicas {
+			reps = append(reps, fmt.Sprintf("%s/%s:%d=%s", rep.Zone, rep.Member, rep.Slot, rep.State))
+		}
+		chans := make([]string, 0, len(r.Lag))
+		for ch := range r.Lag {
+			chans = append(chans, ch)
+		}
+		sort.Strings(chans)
+		var lags []string
+		for _, ch := range chans {
+			lags = append(lags, fmt.Sprintf("%s=%d", ch, r.Lag[ch]))
+		}
+		primary := r.Primary
+		if primary == "" {
+			primary = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, r.Status, primary, orDash(strings.Join(reps, ",")), orDash(strings.Join(lags, ",")))
+	}
+	return tw.Flush()
+}
+
+func writeMemberTable(w io.Writer, rows []MemberRow) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tZONE\tENDPOINT\tITEM_LIMIT\tEXITING\tLEADER")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%t\t%t\n", r.ID, r.Zone, r.Endpoint, r.ItemLimit, r.Exiting, r.Leader)
+	}
+	return tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func newShardsListCommand(opts Options) *cobra.Command {
+	var cf clientFlags
+	var output string
+	cmd := &cobra.Command{
+		Use:   "list [-o table|json]",
+		Short: "List shards: status, primary, replicas, per-source lag",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := validateOutput(output); err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			cli, err := cf.etcd(ctx)
+			if err != nil {
+				return err
+			}
+			defer cli.Close()
+			snap, err := loadSnapshot(ctx, cli, cf.etcdPrefix)
+			if err != nil {
+				return err
+			}
+			rows := shardRows(snap)
+			var opener wal.Opener
+			if len(rows) > 0 {
+				op, err := openWAL(cf.walURL, 1, hclog.NewNullLogger())
+				if err != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "note: %v; showing the lag the primaries report\n", err)
+				} else {
+					opener = op
+					defer op.Close()
+				}
+				lctx, cancel := context.WithTimeout(ctx, cf.dialTimeout)
+				fillLag(lctx, snap, rows, opener, &http.Client{Timeout: cf.dialTimeout}, cmd.ErrOrStderr())
+				cancel()
+			}
+			if output == "json" {
+				return writeJSON(cmd.OutOrStdout(), rows)
+			}
+			return writeShardTable(cmd.OutOrStdout(), rows)
+		},
+	}
+	cf.bind(cmd.Flags())
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
+	return cmd
+}
+
+func newMembersCommand(opts Options) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "members",
+		Short: "Inspect members",
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	var cf clientFlags
+	var output string
+	list := &cobra.Command{
+		Use:   "list [-o table|json]",
+		Short: "List members: id, zone, endpoint, item limit, exiting, leader",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := validateOutput(output); err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			cli, err := cf.etcd(ctx)
+			if err != nil {
+				return err
+			}
+			defer cli.Close()
+			snap, err := loadSnapshot(ctx, cli, cf.etcdPrefix)
+			if err != nil {
+				return err
+			}
+			rows := memberRows(snap)
+			if output == "json" {
+				return writeJSON(cmd.OutOrStdout(), rows)
+			}
+			return writeMemberTable(cmd.OutOrStdout(), rows)
+		},
+	}
+	cf.bind(list.Flags())
+	list.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
+	cmd.AddCommand(list)
+	return cmd
+}
+
+// pollInterval is how often waits in this package re-check a condition.
+const pollInterval = 100 * time.Millisecond

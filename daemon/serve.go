@@ -1,0 +1,331 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/consumerd/consumerd/allocator"
+	"github.com/consumerd/consumerd/internal/embedetcd"
+	"github.com/consumerd/consumerd/internal/embednats"
+	"github.com/consumerd/consumerd/shard"
+	"github.com/consumerd/consumerd/wal"
+)
+
+func newServeCommand(opts Options) *cobra.Command {
+	var cfg ServeConfig
+	defaultApp := ""
+	if len(opts.Apps) > 0 {
+		defaultApp = opts.Apps[0].Name
+	}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run a member: take shard assignments from etcd and run them",
+		Long: `serve runs one consumerd member. With no --etcd.endpoints it starts an embedded
+etcd (data in <data-dir>/etcd); with no --wal.url an embedded nats-server with
+JetStream (store in <data-dir>/nats). On that embedded default it creates
+--embedded.shards shards of --app when the app has none, so a lone
+'consumerd serve' is a working one-member cluster.
+
+On SIGTERM or SIGINT the member marks itself exiting; the allocator leader moves
+its shards to other members (make-before-break) and serve exits 0 once it holds
+nothing, or 1 after --shutdown-timeout. A second signal exits at once.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cfg.Validate(); err != nil {
+				return usageError{err}
+			}
+			app, err := opts.app(cfg.App)
+			if err != nil {
+				return usageError{fmt.Errorf("--app: %w", err)}
+			}
+			sigs, stop := opts.signals()
+			defer stop()
+			return Serve(cmd.Context(), cfg, app, opts.appMap(), opts.Stderr, sigs)
+		},
+	}
+	cfg.bindFlags(cmd.Flags(), defaultApp)
+	return cmd
+}
+
+// server is one serve process: its backends, its HTTP server, and the current
+// member session (replaced when a lease is lost and the member rejoins).
+type server struct {
+	cfg      ServeConfig
+	app      shard.App
+	apps     map[string]shard.App
+	log      hclog.Logger
+	client   *clientv3.Client
+	opener   wal.Opener
+	endpoint string
+	http     *http.Client
+
+	sess    atomic.Pointer[session]
+	exiting atomic.Bool
+}
+
+// session is one member incarnation: a lease, its shard service.
+type session struct {
+	member   *allocator.Member
+	svc      *shard.Service
+	resolver *shard.Resolver
+}
+
+// Serve runs a member until it drained after a signal on sigs (nil error),
+// ctx is cancelled (nil), or a fatal error. It is what `consumerd serve`
+// runs; out receives the logs.
+func Serve(ctx context.Context, cfg ServeConfig, app shard.App, apps map[string]shard.App, out interface{ Write([]byte) (int, error) }, sigs <-chan os.Signal) error {
+	log := newLogger(cfg.LogLevel, cfg.LogFormat, out)
+	s := &server{cfg: cfg, app: app, apps: apps, log: log, http: &http.Client{Timeout: 10 * time.Second}}
+
+	// Listen first: the advertised endpoint is the address actually bound.
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("--http.addr %s: %w", cfg.HTTPAddr, err)
+	}
+	defer ln.Close()
+	s.endpoint = "http://" + ln.Addr().String()
+
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return fmt.Errorf("--data-dir %s: %w", cfg.DataDir, err)
+	}
+
+	// Coordination: etcd.
+	endpoints := cfg.EtcdEndpoints
+	if cfg.EmbeddedEtcd() {
+		dir := filepath.Join(cfg.DataDir, "etcd")
+		es, err := embedetcd.Start(embedetcd.Config{
+			Dir: dir, ClientURL: cfg.EmbeddedEtcdClientURL, PeerURL: cfg.EmbeddedEtcdPeerURL, Logger: log,
+		})
+		if err != nil {
+			return err
+		}
+		defer es.Close()
+		endpoints = es.Endpoints()
+		log.Info("embedded etcd started", "client_url", cfg.EmbeddedEtcdClientURL, "dir", dir)
+	}
+	client, err := dialEtcd(ctx, endpoints, log)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	s.client = client
+
+	// WAL: NATS JetStream.
+	walURL := cfg.WALURL
+	if cfg.EmbeddedWAL() {
+		host, portStr, _ := net.SplitHostPort(cfg.EmbeddedNATSAddr)
+		port, err := strconv.Atoi(portStr)
+		if err != nil {
+			return usagef("--embedded.nats-addr %q: port: %v", cfg.EmbeddedNATSAddr, err)
+		}
+		dir := filepath.Join(cfg.DataDir, "nats")
+		ns, err := embednats.Start(embednats.Config{
+			Host: host, Port: port, StoreDir: dir, SyncAlways: cfg.WALSync == "always", Logger: log,
+		})
+		if err != nil {
+			return fmt.Errorf("embedded nats-server on %s: %w", cfg.EmbeddedNATSAddr, err)
+		}
+		defer ns.Shutdown()
+		walURL = ns.URL()
+		log.Info("embedded nats-server started", "url", walURL, "store_dir", dir, "sync", cfg.WALSync)
+	}
+	opener, err := openWAL(walURL, cfg.WALReplicas, log)
+	if err != nil {
+		return err
+	}
+	defer opener.Close()
+	s.opener = opener
+
+	if cfg.EmbeddedEtcd() && cfg.EmbeddedShards > 0 {
+		n, err := ensureShards(ctx, client, cfg.EtcdPrefix, app, cfg.EmbeddedShards)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			log.Info("created shards", "app", app.Name, "count", n)
+		}
+	}
+
+	// HTTP.
+	hs := &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second}
+	httpDone := make(chan error, 1)
+	go func() { httpDone <- hs.Serve(ln) }()
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = hs.Shutdown(sctx)
+		<-httpDone
+	}()
+	log.Info("serving", "member", cfg.MemberID, "zone", cfg.Zone, "endpoint", s.endpoint,
+		"app", app.Name, "etcd", endpoints, "wal", walURL)
+
+	runCtx, cancelRun := context.WithCancel(ctx)
+	defer cancelRun()
+	var forced atomic.Value // string: why the run was cut short
+	var sigWG sync.WaitGroup
+	sigWG.Add(1)
+	go func() {
+		defer sigWG.Done()
+		select {
+		case sig := <-sigs:
+			log.Info("shutdown requested: draining shards to other members", "signal", fmt.Sprint(sig), "timeout", cfg.ShutdownTimeout)
+		case <-runCtx.Done():
+			return
+		}
+		s.exiting.Store(true)
+		if sess := s.sess.Load(); sess != nil && !othersToTakeOver(sess.member.KeySpace().Snapshot(), cfg.Zone, cfg.MemberID) {
+			log.Info("no other member to take over the shards; exiting without draining")
+			cancelRun()
+			return
+		}
+		if sess := s.sess.Load(); sess != nil {
+			if err := sess.member.SetExiting(runCtx); err != nil {
+				log.Warn("marking member exiting", "error", err)
+			}
+		} // else: the next session announces itself exiting (see newMember)
+		timer := time.NewTimer(cfg.ShutdownTimeout)
+		defer timer.Stop()
+		select {
+		case <-sigs:
+			forced.Store("second signal: exiting without draining")
+			cancelRun()
+		case <-timer.C:
+			forced.Store(fmt.Sprintf("shutdown timeout %s: shards still assigned, exiting anyway", cfg.ShutdownTimeout))
+			cancelRun()
+		case <-runCtx.Done():
+		}
+	}()
+	defer sigWG.Wait()
+
+	backoff := time.Second
+	for {
+		err := s.runSession(runCtx)
+		if why, ok := forced.Load().(string); ok {
+			log.Warn(why)
+			return exitCodeError{code: 1, err: errors.New(why)}
+		}
+		if err == nil && s.exiting.Load() {
+			log.Info("drained: nothing assigned, exiting")
+			cancelRun()
+			return nil
+		}
+		if runCtx.Err() != nil {
+			return nil
+		}
+		if err == nil {
+			err = errors.New("member session ended")
+		}
+		log.Error("member session lost; rejoining", "error", err, "after", backoff)
+		select {
+		case <-time.After(backoff):
+		case <-runCtx.Done():
+			return nil
+		}
+	}
+}
+
+// othersToTakeOver reports whether a member other than zone/id, and not
+// exiting, is in the cluster (a lone member's drain could never finish).
+func othersToTakeOver(snap allocator.Snapshot, zone, id string) bool {
+	for _, m := range snap.Members {
+		if (m.Zone != zone || m.ID != id) && !m.Spec.Exiting {
+			return true
+		}
+	}
+	return false
+}
+
+// runSession joins the cluster as a member, runs the shard service until the
+// member session ends, and tears it down. It returns nil when the member
+// drained after SetExiting, the member's error when its lease was lost, and
+// ctx's error when ctx ended.
+func (s *server) runSession(ctx context.Context) error {
+	member, err := s.newMember(ctx)
+	if err != nil {
+		return err
+	}
+	defer member.Close()
+	svc := shard.NewService(shard.Config{
+		Member:  member,
+		Opener:  s.opener,
+		DataDir: s.cfg.DataDir, // databases at <data-dir>/shards/<shard>/
+		Apps:    s.apps,
+		Logger:  s.log,
+	})
+	sess := &session{member: member, svc: svc, resolver: shard.NewResolver(member.KeySpace())}
+	s.sess.Store(sess)
+	defer s.sess.CompareAndSwap(sess, nil)
+	if s.exiting.Load() {
+		if err := member.SetExiting(ctx); err != nil {
+			s.log.Warn("marking member exiting", "error", err)
+		}
+	}
+
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	svcDone := make(chan error, 1)
+	go func() { svcDone <- svc.Run(sctx) }()
+
+	memberErr := member.Run(sctx)
+	cancel()
+	if err := <-svcDone; err != nil && !errors.Is(err, context.Canceled) {
+		s.log.Warn("shard service stopped", "error", err)
+	}
+	if memberErr != nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return memberErr
+}
+
+// newMember announces this member, waiting out the lease of a previous
+// incarnation (a restart within the lease TTL finds its old key still there).
+func (s *server) newMember(ctx context.Context) (*allocator.Member, error) {
+	cfg := allocator.Config{
+		Client:   s.client,
+		Prefix:   s.cfg.EtcdPrefix,
+		Zone:     s.cfg.Zone,
+		MemberID: s.cfg.MemberID,
+		LeaseTTL: s.cfg.LeaseTTL,
+		Spec: allocator.MemberSpec{
+			Endpoint:  s.endpoint,
+			ItemLimit: s.cfg.Limit,
+			Exiting:   s.exiting.Load(),
+			Version:   Version,
+		},
+		DecodeItem: shard.DecodeSpec,
+		Logger:     s.log,
+	}
+	logged := false
+	for {
+		m, err := allocator.NewMember(ctx, cfg)
+		if err == nil {
+			return m, nil
+		}
+		if !errors.Is(err, allocator.ErrMemberExists) {
+			return nil, fmt.Errorf("joining as member %s/%s: %w", s.cfg.Zone, s.cfg.MemberID, err)
+		}
+		if !logged {
+			s.log.Warn("member key held by a previous incarnation; waiting for its lease to expire",
+				"member", s.cfg.MemberID, "zone", s.cfg.Zone, "lease_ttl", s.cfg.LeaseTTL)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
