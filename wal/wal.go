@@ -10,9 +10,10 @@ import (
 
 // Errors re-exported from walimpls so callers need not import it.
 var (
-	ErrFenced    = walimpls.ErrFenced
-	ErrTruncated = walimpls.ErrTruncated
-	ErrClosed    = walimpls.ErrClosed
+	ErrFenced        = walimpls.ErrFenced
+	ErrTruncated     = walimpls.ErrTruncated
+	ErrClosed        = walimpls.ErrClosed
+	ErrScannerClosed = walimpls.ErrScannerClosed
 )
 
 // ErrUpstreamClosed is returned by a MessageHandler when the scanner's
@@ -56,30 +57,52 @@ type ReadOption struct {
 }
 
 // HandleParam is what a scanner passes to MessageHandler.Handle.
+//
+// The scanner calls Handle in a loop from its one goroutine. Each call
+// carries either a message to deliver (Message != nil, Upstream == nil) or,
+// when the handler holds nothing, the upstream to take the next message from
+// (Message == nil, Upstream != nil). Messages taken from Upstream have not
+// been filtered yet: the scanner applies ReadOption.MessageFilter to
+// HandleResult.Incoming and passes the kept ones back as Message.
 type HandleParam struct {
-	// Ctx is cancelled when the scanner closes.
+	// Ctx is cancelled when the scanner stops (Close, the WAL closing, or the
+	// ctx given to Read ending). Handle must return promptly once it is done.
 	Ctx context.Context
-	// Upstream yields the next message from the backend; nil when the handler
-	// still holds Message and must consume it before taking another.
+	// Upstream yields the next message from the backend, in id order; it is
+	// closed when the backend scanner stops. Nil when Message is set.
 	Upstream <-chan message.ImmutableMessage
-	// Message is a message not yet consumed by the handler, or nil.
+	// Message is the next message to deliver, already filtered, or nil.
 	Message *message.ImmutableMessage
 }
 
 // HandleResult is what MessageHandler.Handle reports.
+//
+// Exactly one step per call: either the held Message was consumed
+// (MessageHandled), or a message was taken from Upstream (Incoming), or the
+// handler stops the scanner (Error). A call with Message set that returns
+// neither MessageHandled nor Error is called again with the same Message.
 type HandleResult struct {
-	// Incoming is a message the handler took from Upstream but has not
-	// handled yet; it is passed back as HandleParam.Message next time.
+	// Incoming is the message the handler took from Upstream; the scanner
+	// filters it and, if kept, passes it back as HandleParam.Message. Must be
+	// nil when HandleParam.Message was set (the scanner then stops with an
+	// error).
 	Incoming *message.ImmutableMessage
-	// MessageHandled says HandleParam.Message was consumed.
+	// MessageHandled says HandleParam.Message was consumed (delivered); the
+	// next call gets Upstream.
 	MessageHandled bool
-	// Error stops the scanner; its Error then reports it. ErrUpstreamClosed
-	// and context errors mean the scanner is ending.
+	// Error stops the scanner. Return ErrUpstreamClosed when Upstream is
+	// closed (the scanner then reports the backend scanner's error, e.g. one
+	// wrapping ErrTruncated) and Ctx.Err() when Ctx is done (the scanner then
+	// reports why it was stopped). Any other error is reported as is by the
+	// scanner's Error.
 	Error error
 }
 
 // MessageHandler consumes a scanner's messages itself, one Handle call per
-// step, instead of the caller reading Scanner.Chan.
+// step, instead of the caller reading Scanner.Chan. The scanner calls Handle
+// only from its goroutine and calls Close exactly once, after the last
+// Handle, when it stops. ChanMessageHandler is the default: it forwards every
+// message to a channel.
 type MessageHandler interface {
 	Handle(param HandleParam) HandleResult
 	Close()
@@ -90,9 +113,25 @@ type MessageHandler interface {
 // Appends from one goroutine are stored in call order. Append blocks until the
 // message is durable or fails; AppendAsync returns at once and calls cb
 // exactly once, from another goroutine. Transient backend errors are retried
-// with backoff; ErrFenced and a cancelled or expired context are never retried.
+// with backoff; ErrFenced, ErrClosed, ErrTruncated, a cancelled or expired
+// context and errors marked walimpls.Permanent are never retried.
 // After ErrFenced or Close the WAL is unavailable: Available is closed and
-// every later append fails.
+// every later append fails (with ErrFenced, respectively ErrClosed).
+//
+// Async appends: AppendAsync hands the message to the WAL's dispatcher and
+// returns; cb is called exactly once. Outcomes of accepted appends are
+// reported in call order from the dispatcher goroutine, so cb must not block
+// for long, must not call Close of the same WAL, and should not call
+// AppendAsync/Append of the same WAL (the queue may be full). When the append
+// is refused at once (WAL closed or fenced, ctx ended before it was queued)
+// cb runs on the caller's goroutine before AppendAsync returns. Append is
+// AppendAsync plus waiting, so sync and async appends from one goroutine are
+// stored in call order too. A retried append whose earlier attempt was stored
+// but not acknowledged is stored twice unless msg.DedupeID is set and the
+// backend deduplicates. A pipelined append (backend implements
+// walimpls.AsyncAppender) that failed transiently after a later append was
+// already stored is reported as failed, not retried, since a retry would
+// store it out of order.
 type WAL interface {
 	// WALName is the backend's name.
 	WALName() string
@@ -102,7 +141,10 @@ type WAL interface {
 	Append(ctx context.Context, msg message.MutableMessage) (*AppendResult, error)
 	// AppendAsync stores msg in the background and calls cb with the outcome.
 	AppendAsync(ctx context.Context, msg message.MutableMessage, cb func(*AppendResult, error))
-	// Read opens a scanner.
+	// Read opens a scanner at opts.DeliverPolicy. The scanner runs until
+	// its Close, the WAL's Close (Error wraps ErrClosed), ctx ending (Error
+	// wraps ctx.Err()), or a backend failure (e.g. wrapping ErrTruncated when
+	// the start position was removed; that may also be returned by Read).
 	Read(ctx context.Context, opts ReadOption) (Scanner, error)
 	// LastID is the id of the last visible message, or 0.
 	LastID(ctx context.Context) (message.MessageID, error)
@@ -112,7 +154,9 @@ type WAL interface {
 	Available() <-chan struct{}
 	// IsAvailable reports whether Available is still open.
 	IsAvailable() bool
-	// Close waits for in-flight async appends, closes scanners, and releases the WAL.
+	// Close refuses new appends, waits for accepted ones (a retry backoff in
+	// progress is cut short with ErrClosed), closes scanners (Error wraps
+	// ErrClosed), and releases the backend WAL. Safe to call more than once.
 	Close()
 }
 
@@ -126,7 +170,9 @@ type Scanner interface {
 	Error() error
 	// Done is closed when the scanner has stopped.
 	Done() <-chan struct{}
-	// Close stops the scanner and waits for it.
+	// Close stops the scanner promptly and waits for it; Error then is
+	// ErrScannerClosed unless it had stopped before. Safe to call more than
+	// once; returns nil.
 	Close() error
 }
 

@@ -1,0 +1,774 @@
+package wal_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/consumerd/consumerd/wal"
+	"github.com/consumerd/consumerd/wal/message"
+	"github.com/consumerd/consumerd/wal/walimpls"
+	"github.com/consumerd/consumerd/wal/walimpls/memory"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const wait = 10 * time.Second
+
+var errTransient = errors.New("injected transient failure")
+
+// env is an adaptor over a fresh memory backend.
+type env struct {
+	mem    *memory.Builder
+	opener wal.Opener
+}
+
+func newEnv(t *testing.T, async bool, opts ...wal.Option) *env {
+	t.Helper()
+	mem := memory.NewBuilder()
+	mem.EnableAsyncAppend(async)
+	opts = append([]wal.Option{wal.WithRetry(time.Millisecond, 5*time.Millisecond, 10)}, opts...)
+	op, err := wal.NewOpenerBuilder(mem, opts...).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(op.Close)
+	return &env{mem: mem, opener: op}
+}
+
+func (e *env) open(t *testing.T, ch string, term uint64) wal.WAL {
+	t.Helper()
+	w, err := e.opener.Open(context.Background(), &wal.OpenOption{Channel: ch, Term: term})
+	if err != nil {
+		t.Fatalf("open %q: %v", ch, err)
+	}
+	t.Cleanup(w.Close)
+	return w
+}
+
+func msg(s string) message.MutableMessage {
+	return message.MutableMessage{Key: "k" + s, Payload: []byte(s), Properties: map[string]string{"v": s}}
+}
+
+// readN reads n messages from a Chan scanner, failing on a stop or stall.
+func readN(t *testing.T, s wal.Scanner, n int) []message.ImmutableMessage {
+	t.Helper()
+	var out []message.ImmutableMessage
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for len(out) < n {
+		select {
+		case m, ok := <-s.Chan():
+			if !ok {
+				t.Fatalf("scanner stopped after %d of %d: %v", len(out), n, s.Error())
+			}
+			out = append(out, m)
+		case <-timer.C:
+			t.Fatalf("stalled after %d of %d messages", len(out), n)
+		}
+	}
+	return out
+}
+
+func readAll(t *testing.T, w wal.WAL) []message.ImmutableMessage {
+	t.Helper()
+	ctx := context.Background()
+	last, err := w.LastID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := w.Read(ctx, wal.ReadOption{VChannel: "test", DeliverPolicy: wal.DeliverAll()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var out []message.ImmutableMessage
+	for len(out) == 0 || out[len(out)-1].ID < last {
+		if last == 0 {
+			return nil
+		}
+		out = append(out, readN(t, s, 1)...)
+	}
+	return out
+}
+
+func payloads(ms []message.ImmutableMessage) []string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = string(m.Payload)
+	}
+	return out
+}
+
+func equal(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// hookCounter counts BeforeStore calls and fails the first `fail` with err.
+type hookCounter struct {
+	calls atomic.Int64
+	fail  int64
+	err   error
+}
+
+func (h *hookCounter) hook(_ string, _ *message.MutableMessage, st memory.Stage) error {
+	if st != memory.BeforeStore {
+		return nil
+	}
+	if n := h.calls.Add(1); n <= h.fail {
+		return h.err
+	}
+	return nil
+}
+
+func TestTransientErrorRetried(t *testing.T) {
+	for _, async := range []bool{false, true} {
+		t.Run(fmt.Sprintf("async=%v", async), func(t *testing.T) {
+			e := newEnv(t, async)
+			h := &hookCounter{fail: 2, err: errTransient}
+			e.mem.SetAppendHook(h.hook)
+			w := e.open(t, "t/0000", 0)
+			r, err := w.Append(context.Background(), msg("a"))
+			if err != nil {
+				t.Fatalf("append with 2 transient failures: %v", err)
+			}
+			if got := h.calls.Load(); got != 3 {
+				t.Fatalf("backend attempts = %d, want 3", got)
+			}
+			got := readAll(t, w)
+			if len(got) != 1 || got[0].ID != r.MessageID || string(got[0].Payload) != "a" {
+				t.Fatalf("read back %v, want exactly one message id %d", payloads(got), r.MessageID)
+			}
+			if !w.IsAvailable() {
+				t.Fatal("WAL unavailable after a retried transient error")
+			}
+		})
+	}
+}
+
+func TestRetryGivesUpAfterAttempts(t *testing.T) {
+	e := newEnv(t, false, wal.WithRetry(time.Millisecond, 2*time.Millisecond, 3))
+	h := &hookCounter{fail: 1 << 40, err: errTransient}
+	e.mem.SetAppendHook(h.hook)
+	w := e.open(t, "t/0000", 0)
+	_, err := w.Append(context.Background(), msg("a"))
+	if !errors.Is(err, errTransient) {
+		t.Fatalf("error %v does not wrap the backend error", err)
+	}
+	if got := h.calls.Load(); got != 3 {
+		t.Fatalf("attempts = %d, want 3", got)
+	}
+	if !w.IsAvailable() {
+		t.Fatal("a transient error made the WAL unavailable")
+	}
+}
+
+func TestPermanentErrorNotRetried(t *testing.T) {
+	e := newEnv(t, false)
+	h := &hookCounter{fail: 1 << 40, err: walimpls.Permanent(errors.New("too large"))}
+	e.mem.SetAppendHook(h.hook)
+	w := e.open(t, "t/0000", 0)
+	if _, err := w.Append(context.Background(), msg("a")); err == nil {
+		t.Fatal("append succeeded despite a permanent error")
+	}
+	if got := h.calls.Load(); got != 1 {
+		t.Fatalf("attempts = %d, want 1", got)
+	}
+}
+
+func TestFencedNotRetried(t *testing.T) {
+	for _, async := range []bool{false, true} {
+		t.Run(fmt.Sprintf("async=%v", async), func(t *testing.T) {
+			e := newEnv(t, async)
+			ctx := context.Background()
+			w1 := e.open(t, "recovery/s", 1)
+			if _, err := w1.Append(ctx, msg("a")); err != nil {
+				t.Fatal(err)
+			}
+			h := &hookCounter{}
+			e.mem.SetAppendHook(h.hook)
+			w2 := e.open(t, "recovery/s", 2)
+			_, err := w1.Append(ctx, msg("b"))
+			if !errors.Is(err, wal.ErrFenced) {
+				t.Fatalf("append after fencing: %v, want ErrFenced", err)
+			}
+			if got := h.calls.Load(); got != 1 {
+				t.Fatalf("backend attempts for a fenced append = %d, want 1", got)
+			}
+			select {
+			case <-w1.Available():
+			default:
+				t.Fatal("Available not closed after ErrFenced")
+			}
+			if w1.IsAvailable() {
+				t.Fatal("IsAvailable true after ErrFenced")
+			}
+			// Later appends fail at once, without reaching the backend.
+			done := make(chan error, 1)
+			w1.AppendAsync(ctx, msg("c"), func(_ *wal.AppendResult, err error) { done <- err })
+			if err := <-done; !errors.Is(err, wal.ErrFenced) {
+				t.Fatalf("async append after fencing: %v, want ErrFenced", err)
+			}
+			if got := h.calls.Load(); got != 1 {
+				t.Fatalf("backend attempts after fencing = %d, want 1", got)
+			}
+			if _, err := w2.Append(ctx, msg("d")); err != nil {
+				t.Fatalf("append of the new writer: %v", err)
+			}
+			if got := payloads(readAll(t, w2)); !equal(got, []string{"a", "d"}) {
+				t.Fatalf("log = %v, want [a d]", got)
+			}
+			if !w2.IsAvailable() {
+				t.Fatal("new writer unavailable")
+			}
+		})
+	}
+}
+
+func TestContextCancelNotRetried(t *testing.T) {
+	e := newEnv(t, false, wal.WithRetry(time.Millisecond, time.Millisecond, 0))
+	ctx, cancel := context.WithCancel(context.Background())
+	var calls atomic.Int64
+	e.mem.SetAppendHook(func(_ string, _ *message.MutableMessage, st memory.Stage) error {
+		if st == memory.BeforeStore {
+			calls.Add(1)
+			cancel()
+			return errTransient
+		}
+		return nil
+	})
+	w := e.open(t, "t/0000", 0)
+	_, err := w.Append(ctx, msg("a"))
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("error %v, want context.Canceled", err)
+	}
+	if got := calls.Load(); got != 1 {
+		t.Fatalf("attempts = %d, want 1", got)
+	}
+	if !w.IsAvailable() {
+		t.Fatal("a cancelled append made the WAL unavailable")
+	}
+}
+
+func TestContextDeadlineStopsRetrying(t *testing.T) {
+	// Unlimited attempts: only the deadline ends the retries.
+	e := newEnv(t, false, wal.WithRetry(time.Millisecond, 2*time.Millisecond, 0))
+	h := &hookCounter{fail: 1 << 40, err: errTransient}
+	e.mem.SetAppendHook(h.hook)
+	w := e.open(t, "t/0000", 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := w.Append(ctx, msg("a"))
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("error %v, want DeadlineExceeded", err)
+	}
+	if h.calls.Load() < 2 {
+		t.Fatalf("attempts = %d, expected retries before the deadline", h.calls.Load())
+	}
+}
+
+// TestAsyncOrder: appends from one goroutine are stored and reported in call
+// order even with random backend delays, on both dispatch paths.
+func TestAsyncOrder(t *testing.T) {
+	for _, async := range []bool{false, true} {
+		t.Run(fmt.Sprintf("async=%v", async), func(t *testing.T) {
+			e := newEnv(t, async)
+			var n atomic.Int64
+			e.mem.SetAppendHook(func(_ string, _ *message.MutableMessage, st memory.Stage) error {
+				if st == memory.BeforeStore && n.Add(1)%7 == 0 {
+					time.Sleep(time.Millisecond) // a slow backend, not synchronisation
+				}
+				return nil
+			})
+			w := e.open(t, "t/0000", 0)
+			const total = 300
+			var mu sync.Mutex
+			var order []int
+			var ids []message.MessageID
+			var wg sync.WaitGroup
+			wg.Add(total)
+			for i := 0; i < total; i++ {
+				w.AppendAsync(context.Background(), msg(strconv.Itoa(i)), func(r *wal.AppendResult, err error) {
+					defer wg.Done()
+					if err != nil {
+						t.Errorf("append %d: %v", i, err)
+						return
+					}
+					mu.Lock()
+					order = append(order, i)
+					ids = append(ids, r.MessageID)
+					mu.Unlock()
+				})
+			}
+			wg.Wait()
+			for i := range order {
+				if order[i] != i {
+					t.Fatalf("callback %d reported append %d: callbacks out of call order", i, order[i])
+				}
+				if i > 0 && ids[i] <= ids[i-1] {
+					t.Fatalf("append %d got id %d after %d", i, ids[i], ids[i-1])
+				}
+			}
+			got := readAll(t, w)
+			if len(got) != total {
+				t.Fatalf("read %d messages, want %d", len(got), total)
+			}
+			for i, m := range got {
+				if string(m.Payload) != strconv.Itoa(i) || m.ID != ids[i] {
+					t.Fatalf("position %d: id %d payload %q, want id %d payload %d", i, m.ID, m.Payload, ids[i], i)
+				}
+			}
+		})
+	}
+}
+
+// TestPipelinedTransientFailureRetriedInOrder: every append in flight fails
+// transiently; nothing was stored, so all are retried in call order.
+func TestPipelinedTransientFailureRetriedInOrder(t *testing.T) {
+	e := newEnv(t, true)
+	h := &hookCounter{fail: 5, err: errTransient}
+	e.mem.SetAppendHook(h.hook)
+	w := e.open(t, "t/0000", 0)
+	const total = 5
+	errs := make([]error, total)
+	var wg sync.WaitGroup
+	wg.Add(total)
+	for i := 0; i < total; i++ {
+		w.AppendAsync(context.Background(), msg(strconv.Itoa(i)), func(_ *wal.AppendResult, err error) {
+			errs[i] = err
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("append %d: %v", i, err)
+		}
+	}
+	if got := payloads(readAll(t, w)); !equal(got, []string{"0", "1", "2", "3", "4"}) {
+		t.Fatalf("log = %v, want call order", got)
+	}
+}
+
+// TestPipelinedFailureBeforeStoredNotRetried: when a later append was already
+// stored, the failed earlier one is reported, not stored out of order.
+func TestPipelinedFailureBeforeStoredNotRetried(t *testing.T) {
+	e := newEnv(t, true)
+	release := make(chan struct{})
+	var calls atomic.Int64
+	e.mem.SetAppendHook(func(_ string, m *message.MutableMessage, st memory.Stage) error {
+		if st != memory.BeforeStore {
+			return nil
+		}
+		if calls.Add(1) == 1 {
+			<-release // hold the first append until the others are queued
+			return errTransient
+		}
+		return nil
+	})
+	w := e.open(t, "t/0000", 0)
+	const total = 4
+	errs := make([]error, total)
+	var wg sync.WaitGroup
+	wg.Add(total)
+	for i := 0; i < total; i++ {
+		w.AppendAsync(context.Background(), msg(strconv.Itoa(i)), func(_ *wal.AppendResult, err error) {
+			errs[i] = err
+			wg.Done()
+		})
+	}
+	close(release)
+	wg.Wait()
+	if errs[0] == nil || !errors.Is(errs[0], errTransient) {
+		t.Fatalf("append 0: error %v, want the transient failure reported", errs[0])
+	}
+	for i := 1; i < total; i++ {
+		if errs[i] != nil {
+			t.Fatalf("append %d: %v", i, errs[i])
+		}
+	}
+	if got := payloads(readAll(t, w)); !equal(got, []string{"1", "2", "3"}) {
+		t.Fatalf("log = %v, want [1 2 3] (0 must not be stored after them)", got)
+	}
+}
+
+func TestCloseWaitsForAsyncAppends(t *testing.T) {
+	for _, async := range []bool{false, true} {
+		t.Run(fmt.Sprintf("async=%v", async), func(t *testing.T) {
+			e := newEnv(t, async)
+			release := make(chan struct{})
+			e.mem.SetAppendHook(func(_ string, _ *message.MutableMessage, st memory.Stage) error {
+				if st == memory.BeforeStore {
+					<-release
+				}
+				return nil
+			})
+			w := e.open(t, "t/0000", 0)
+			var done atomic.Int64
+			for i := 0; i < 5; i++ {
+				w.AppendAsync(context.Background(), msg(strconv.Itoa(i)), func(_ *wal.AppendResult, err error) {
+					if err != nil {
+						t.Errorf("append %d: %v", i, err)
+					}
+					done.Add(1)
+				})
+			}
+			closed := make(chan struct{})
+			go func() {
+				defer close(closed)
+				w.Close()
+			}()
+			select {
+			case <-w.Available():
+			case <-time.After(wait):
+				t.Fatal("Available not closed by Close")
+			}
+			close(release)
+			select {
+			case <-closed:
+			case <-time.After(wait):
+				t.Fatal("Close did not return")
+			}
+			if got := done.Load(); got != 5 {
+				t.Fatalf("Close returned with %d of 5 callbacks done", got)
+			}
+			if _, err := w.Append(context.Background(), msg("late")); !errors.Is(err, wal.ErrClosed) {
+				t.Fatalf("append after Close: %v, want ErrClosed", err)
+			}
+			if _, err := w.Read(context.Background(), wal.ReadOption{}); !errors.Is(err, wal.ErrClosed) {
+				t.Fatalf("read after Close: %v, want ErrClosed", err)
+			}
+		})
+	}
+}
+
+func TestCloseCutsRetryShort(t *testing.T) {
+	e := newEnv(t, false, wal.WithRetry(time.Hour, time.Hour, 0))
+	h := &hookCounter{fail: 1 << 40, err: errTransient}
+	e.mem.SetAppendHook(h.hook)
+	w := e.open(t, "t/0000", 0)
+	res := make(chan error, 1)
+	w.AppendAsync(context.Background(), msg("a"), func(_ *wal.AppendResult, err error) { res <- err })
+	deadline := time.Now().Add(wait)
+	for h.calls.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	w.Close()
+	if err := <-res; !errors.Is(err, wal.ErrClosed) {
+		t.Fatalf("append retrying during Close: %v, want ErrClosed", err)
+	}
+}
+
+func TestMessageFilter(t *testing.T) {
+	e := newEnv(t, false)
+	w := e.open(t, "t/0000", 0)
+	ctx := context.Background()
+	s, err := w.Read(ctx, wal.ReadOption{VChannel: "odd", DeliverPolicy: wal.DeliverAll(), MessageFilter: []wal.MessageFilter{
+		func(m *message.ImmutableMessage) bool { n, _ := strconv.Atoi(string(m.Payload)); return n%2 == 1 },
+		func(m *message.ImmutableMessage) bool { return string(m.Payload) != "5" },
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for i := 0; i < 10; i++ {
+		if _, err := w.Append(ctx, msg(strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := payloads(readN(t, s, 4)); !equal(got, []string{"1", "3", "7", "9"}) {
+		t.Fatalf("filtered = %v, want [1 3 7 9]", got)
+	}
+}
+
+// recordingHandler delivers to a slice, checking the Handle protocol.
+type recordingHandler struct {
+	t      *testing.T
+	mu     sync.Mutex
+	got    []string
+	closed int
+	after  bool // Handle called after Close
+}
+
+func (h *recordingHandler) Handle(p wal.HandleParam) wal.HandleResult {
+	h.mu.Lock()
+	if h.closed > 0 {
+		h.after = true
+	}
+	h.mu.Unlock()
+	if p.Message != nil {
+		if p.Upstream != nil {
+			h.t.Errorf("Handle got both Message and Upstream")
+		}
+		h.mu.Lock()
+		h.got = append(h.got, string(p.Message.Payload))
+		h.mu.Unlock()
+		return wal.HandleResult{MessageHandled: true}
+	}
+	select {
+	case <-p.Ctx.Done():
+		return wal.HandleResult{Error: p.Ctx.Err()}
+	case m, ok := <-p.Upstream:
+		if !ok {
+			return wal.HandleResult{Error: wal.ErrUpstreamClosed}
+		}
+		return wal.HandleResult{Incoming: &m}
+	}
+}
+
+func (h *recordingHandler) Close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.closed++
+}
+
+func (h *recordingHandler) snapshot() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.got...)
+}
+
+func TestMessageHandler(t *testing.T) {
+	e := newEnv(t, false)
+	w := e.open(t, "t/0000", 0)
+	ctx := context.Background()
+	var ids []message.MessageID
+	for i := 0; i < 5; i++ {
+		r, err := w.Append(ctx, msg(strconv.Itoa(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.MessageID)
+	}
+	h := &recordingHandler{t: t}
+	s, err := w.Read(ctx, wal.ReadOption{VChannel: "h", DeliverPolicy: wal.DeliverStartAfter(ids[2]), MesasgeHandler: h,
+		MessageFilter: []wal.MessageFilter{func(m *message.ImmutableMessage) bool { return string(m.Payload) != "3" }}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Chan() != nil {
+		t.Fatal("Chan not nil with a MessageHandler")
+	}
+	deadline := time.Now().Add(wait)
+	for len(h.snapshot()) < 1 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if got := h.snapshot(); !equal(got, []string{"4"}) {
+		t.Fatalf("handled %v, want [4]", got)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(s.Error(), wal.ErrScannerClosed) {
+		t.Fatalf("Error after Close = %v, want ErrScannerClosed", s.Error())
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed != 1 || h.after {
+		t.Fatalf("handler closed %d times, Handle after Close %v; want once, false", h.closed, h.after)
+	}
+}
+
+// failingHandler stops the scanner with its own error.
+type failingHandler struct{ err error }
+
+func (h failingHandler) Handle(p wal.HandleParam) wal.HandleResult {
+	if p.Message != nil {
+		return wal.HandleResult{Error: h.err}
+	}
+	select {
+	case <-p.Ctx.Done():
+		return wal.HandleResult{Error: p.Ctx.Err()}
+	case m, ok := <-p.Upstream:
+		if !ok {
+			return wal.HandleResult{Error: wal.ErrUpstreamClosed}
+		}
+		return wal.HandleResult{Incoming: &m}
+	}
+}
+func (failingHandler) Close() {}
+
+func TestHandlerErrorStopsScanner(t *testing.T) {
+	e := newEnv(t, false)
+	w := e.open(t, "t/0000", 0)
+	ctx := context.Background()
+	if _, err := w.Append(ctx, msg("x")); err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("apply failed")
+	s, err := w.Read(ctx, wal.ReadOption{DeliverPolicy: wal.DeliverAll(), MesasgeHandler: failingHandler{boom}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.Done():
+	case <-time.After(wait):
+		t.Fatal("scanner did not stop on the handler's error")
+	}
+	if !errors.Is(s.Error(), boom) {
+		t.Fatalf("Error = %v, want the handler's error", s.Error())
+	}
+	_ = s.Close()
+	if !errors.Is(s.Error(), boom) {
+		t.Fatalf("Close after the stop changed Error to %v", s.Error())
+	}
+}
+
+func TestScannerStopsWithReadContext(t *testing.T) {
+	e := newEnv(t, false)
+	w := e.open(t, "t/0000", 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	s, err := w.Read(ctx, wal.ReadOption{DeliverPolicy: wal.DeliverLatest()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	select {
+	case <-s.Done():
+	case <-time.After(wait):
+		t.Fatal("scanner did not stop when its ctx ended")
+	}
+	if !errors.Is(s.Error(), context.Canceled) {
+		t.Fatalf("Error = %v, want context.Canceled", s.Error())
+	}
+	if _, ok := <-s.Chan(); ok {
+		t.Fatal("Chan not closed after stop")
+	}
+}
+
+func TestWALCloseStopsScanners(t *testing.T) {
+	e := newEnv(t, false)
+	w := e.open(t, "t/0000", 0)
+	s, err := w.Read(context.Background(), wal.ReadOption{DeliverPolicy: wal.DeliverAll()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	select {
+	case <-s.Done():
+	case <-time.After(wait):
+		t.Fatal("scanner not stopped by WAL Close")
+	}
+	if !errors.Is(s.Error(), wal.ErrClosed) {
+		t.Fatalf("Error = %v, want ErrClosed", s.Error())
+	}
+}
+
+func TestTruncatedReadSurfaces(t *testing.T) {
+	e := newEnv(t, false)
+	w := e.open(t, "recovery/x", 0)
+	ctx := context.Background()
+	var ids []message.MessageID
+	for i := 0; i < 5; i++ {
+		r, err := w.Append(ctx, msg(strconv.Itoa(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.MessageID)
+	}
+	if err := w.Truncate(ctx, ids[3]); err != nil {
+		t.Fatal(err)
+	}
+	s, err := w.Read(ctx, wal.ReadOption{DeliverPolicy: wal.DeliverStartFrom(ids[1])})
+	if err == nil {
+		defer s.Close()
+		select {
+		case m, ok := <-s.Chan():
+			if ok {
+				t.Fatalf("delivered %d from a truncated position", m.ID)
+			}
+		case <-time.After(wait):
+			t.Fatal("stalled at a truncated position")
+		}
+		<-s.Done()
+		err = s.Error()
+	}
+	if !errors.Is(err, wal.ErrTruncated) {
+		t.Fatalf("read from truncated position: %v, want ErrTruncated", err)
+	}
+	if got := payloads(readAll(t, w)); !equal(got, []string{"3", "4"}) {
+		t.Fatalf("after Truncate: %v, want [3 4]", got)
+	}
+}
+
+func TestOpenErrors(t *testing.T) {
+	e := newEnv(t, false)
+	if _, err := e.opener.Open(context.Background(), nil); err == nil {
+		t.Fatal("Open(nil) succeeded")
+	}
+	if _, err := e.opener.Open(context.Background(), &wal.OpenOption{}); err == nil {
+		t.Fatal("Open with an empty channel succeeded")
+	}
+	e.opener.Close()
+	if _, err := e.opener.Open(context.Background(), &wal.OpenOption{Channel: "t/0000"}); !errors.Is(err, wal.ErrClosed) {
+		t.Fatalf("Open after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestConcurrentAppendersReadBack: many goroutines mixing Append and
+// AppendAsync; each goroutine's messages are stored in its call order.
+func TestConcurrentAppendersReadBack(t *testing.T) {
+	for _, async := range []bool{false, true} {
+		t.Run(fmt.Sprintf("async=%v", async), func(t *testing.T) {
+			e := newEnv(t, async)
+			w := e.open(t, "t/0000", 0)
+			const goroutines, per = 4, 100
+			var wg sync.WaitGroup
+			for g := 0; g < goroutines; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					var inner sync.WaitGroup
+					for i := 0; i < per; i++ {
+						m := msg(fmt.Sprintf("%d-%d", g, i))
+						if i%3 == 0 {
+							if _, err := w.Append(context.Background(), m); err != nil {
+								t.Errorf("append: %v", err)
+							}
+							continue
+						}
+						inner.Add(1)
+						w.AppendAsync(context.Background(), m, func(_ *wal.AppendResult, err error) {
+							defer inner.Done()
+							if err != nil {
+								t.Errorf("async append: %v", err)
+							}
+						})
+					}
+					inner.Wait()
+				}()
+			}
+			wg.Wait()
+			got := readAll(t, w)
+			if len(got) != goroutines*per {
+				t.Fatalf("read %d, want %d", len(got), goroutines*per)
+			}
+			next := make([]int, goroutines)
+			for _, m := range got {
+				var g, i int
+				if _, err := fmt.Sscanf(string(m.Payload), "%d-%d", &g, &i); err != nil {
+					t.Fatal(err)
+				}
+				if i != next[g] {
+					t.Fatalf("goroutine %d: message %d stored before %d", g, i, next[g])
+				}
+				next[g]++
+			}
+		})
+	}
+}
