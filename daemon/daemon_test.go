@@ -1,0 +1,309 @@
+package daemon
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/goleak"
+
+	"github.com/consumerd/consumerd/allocator"
+	"github.com/consumerd/consumerd/examples/wordcount"
+	"github.com/consumerd/consumerd/shard"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata golden files")
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestEnvName(t *testing.T) {
+	for flag, want := range map[string]string{
+		"etcd.lease-ttl":           "CONSUMERD_ETCD_LEASE_TTL",
+		"etcd.endpoints":           "CONSUMERD_ETCD_ENDPOINTS",
+		"data-dir":                 "CONSUMERD_DATA_DIR",
+		"embedded.etcd-client-url": "CONSUMERD_EMBEDDED_ETCD_CLIENT_URL",
+		"app":                      "CONSUMERD_APP",
+	} {
+		if got := EnvName(flag); got != want {
+			t.Errorf("EnvName(%q) = %q, want %q", flag, got, want)
+		}
+	}
+}
+
+// serveConfigFrom parses serve's flags from args and env, without running.
+func serveConfigFrom(t *testing.T, args []string, env map[string]string) (ServeConfig, error) {
+	t.Helper()
+	var cfg ServeConfig
+	cmd := &cobra.Command{Use: "serve", RunE: func(*cobra.Command, []string) error { return nil }}
+	cfg.bindFlags(cmd.Flags(), "wordcount")
+	if err := cmd.ParseFlags(args); err != nil {
+		return cfg, err
+	}
+	err := applyEnv(cmd, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	return cfg, err
+}
+
+func TestFlagEnvPrecedence(t *testing.T) {
+	cases := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		check   func(ServeConfig) bool
+		wantErr string
+	}{
+		{"defaults", nil, nil, func(c ServeConfig) bool {
+			return c.LeaseTTL == 10*time.Second && c.EtcdPrefix == "/consumerd" && c.HTTPAddr == "127.0.0.1:8080" &&
+				c.Limit == 1024 && c.Zone == "local" && c.DataDir == "./consumerd-data" && c.App == "wordcount" &&
+				c.EmbeddedEtcd() && c.EmbeddedWAL()
+		}, ""},
+		{"env sets", nil, map[string]string{"CONSUMERD_ETCD_LEASE_TTL": "3s", "CONSUMERD_ETCD_ENDPOINTS": "a:1,b:2", "CONSUMERD_MEMBER_LIMIT": "7"},
+			func(c ServeConfig) bool {
+				return c.LeaseTTL == 3*time.Second && len(c.EtcdEndpoints) == 2 && c.EtcdEndpoints[1] == "b:2" && c.Limit == 7 && !c.EmbeddedEtcd()
+			}, ""},
+		{"flag wins over env", []string{"--etcd.lease-ttl", "5s", "--etcd.endpoints", "x:1"},
+			map[string]string{"CONSUMERD_ETCD_LEASE_TTL": "3s", "CONSUMERD_ETCD_ENDPOINTS": "a:1,b:2"},
+			func(c ServeConfig) bool {
+				return c.LeaseTTL == 5*time.Second && len(c.EtcdEndpoints) == 1 && c.EtcdEndpoints[0] == "x:1"
+			}, ""},
+		{"bad env value", nil, map[string]string{"CONSUMERD_ETCD_LEASE_TTL": "soon"}, nil, "CONSUMERD_ETCD_LEASE_TTL"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := serveConfigFrom(t, tc.args, tc.env)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want one naming %s", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.check(cfg) {
+				t.Fatalf("unexpected config %+v", cfg)
+			}
+		})
+	}
+}
+
+func TestServeConfigValidate(t *testing.T) {
+	cases := []struct {
+		args     []string
+		wantFlag string // "" = valid
+	}{
+		{nil, ""},
+		{[]string{"--etcd.endpoints", "10.0.0.1:2379", "--wal.url", "nats://10.0.0.1:4222", "--wal.replicas", "3"}, ""},
+		{[]string{"--etcd.lease-ttl", "1500ms"}, "--etcd.lease-ttl"},
+		{[]string{"--etcd.lease-ttl", "0s"}, "--etcd.lease-ttl"},
+		{[]string{"--etcd.prefix", "consumerd"}, "--etcd.prefix"},
+		{[]string{"--etcd.prefix", "/consumerd/"}, "--etcd.prefix"},
+		{[]string{"--wal.url", "localhost"}, "--wal.url"},
+		{[]string{"--wal.sync", "sometimes"}, "--wal.sync"},
+		{[]string{"--wal.replicas", "0"}, "--wal.replicas"},
+		{[]string{"--member.id", "a/b"}, "--member.id"},
+		{[]string{"--member.zone", ""}, "--member.zone"},
+		{[]string{"--member.limit", "-1"}, "--member.limit"},
+		{[]string{"--http.addr", "8080"}, "--http.addr"},
+		{[]string{"--log.level", "loud"}, "--log.level"},
+		{[]string{"--log.format", "xml"}, "--log.format"},
+		{[]string{"--shutdown-timeout", "0s"}, "--shutdown-timeout"},
+		{[]string{"--embedded.etcd-client-url", "127.0.0.1:2379"}, "--embedded.etcd-client-url"},
+		{[]string{"--embedded.nats-addr", "4222"}, "--embedded.nats-addr"},
+		{[]string{"--embedded.shards", "-1"}, "--embedded.shards"},
+	}
+	for _, tc := range cases {
+		cfg, err := serveConfigFrom(t, tc.args, nil)
+		if err != nil {
+			t.Fatalf("%v: parse: %v", tc.args, err)
+		}
+		err = cfg.Validate()
+		switch {
+		case tc.wantFlag == "" && err != nil:
+			t.Errorf("%v: unexpected error %v", tc.args, err)
+		case tc.wantFlag != "" && (err == nil || !strings.Contains(err.Error(), tc.wantFlag)):
+			t.Errorf("%v: err = %v, want one naming %s", tc.args, err, tc.wantFlag)
+		}
+	}
+}
+
+// TestParseApplyFile runs every testdata/apply/<name>.{yaml,json} through
+// parseApplyFile and compares with <name>.golden: the parsed entries as
+// JSON, or "error: <message>".
+func TestParseApplyFile(t *testing.T) {
+	apps := map[string]shard.App{"wordcount": wordcount.App()}
+	files, _ := filepath.Glob("testdata/apply/*.*")
+	n := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, ".golden") {
+			continue
+		}
+		n++
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			entries, err := parseApplyFile(data, apps)
+			var got string
+			if err != nil {
+				got = "error: " + err.Error() + "\n"
+			} else {
+				type out struct {
+					ID     string      `json:"id"`
+					Delete bool        `json:"delete,omitempty"`
+					Spec   *shard.Spec `json:"spec,omitempty"`
+				}
+				var outs []out
+				for _, e := range entries {
+					outs = append(outs, out{e.ID, e.Delete, e.Spec})
+				}
+				b, _ := json.MarshalIndent(outs, "", "  ")
+				got = string(b) + "\n"
+			}
+			golden := strings.TrimSuffix(f, filepath.Ext(f)) + "." + filepath.Ext(f)[1:] + ".golden"
+			if *update {
+				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("golden: %v (run with -update to create)", err)
+			}
+			if got != string(want) {
+				t.Fatalf("got:\n%s\nwant:\n%s", got, want)
+			}
+		})
+	}
+	if n == 0 {
+		t.Fatal("no testdata/apply cases")
+	}
+}
+
+func testSnapshot() allocator.Snapshot {
+	spec := func(id string, p int, disable bool) allocator.ItemInfo {
+		return allocator.ItemInfo{ID: id, Item: &shard.Spec{ID: id, App: "wordcount", Sources: []shard.Source{{Topic: "words", Partition: p}}, Disable: disable}}
+	}
+	return allocator.Snapshot{
+		Members: []allocator.MemberInfo{
+			{Zone: "a", ID: "m1", Spec: allocator.MemberSpec{Endpoint: "http://h1:8080", ItemLimit: 10}},
+			{Zone: "b", ID: "m2", Spec: allocator.MemberSpec{Endpoint: "http://h2:8080", ItemLimit: 20, Exiting: true}},
+		},
+		Items: map[string]allocator.ItemInfo{"wc-0": spec("wc-0", 0, false), "wc-1": spec("wc-1", 1, false), "wc-2": spec("wc-2", 2, true)},
+		Assignments: []allocator.Assignment{
+			{Item: "wc-0", Zone: "a", Member: "m1", Slot: 0, Status: allocator.ReplicaStatus{State: allocator.StatePrimary}},
+			{Item: "wc-0", Zone: "b", Member: "m2", Slot: 1, Status: allocator.ReplicaStatus{State: allocator.StateStandby}},
+			{Item: "wc-1", Zone: "b", Member: "m2", Slot: 1, Status: allocator.ReplicaStatus{State: allocator.StateFailed, Error: "boom"}},
+		},
+		Leader: "b/m2",
+	}
+}
+
+func TestShardRows(t *testing.T) {
+	rows := shardRows(testSnapshot())
+	b, _ := json.Marshal(rows)
+	want := `[{"id":"wc-0","status":"PRIMARY","primary":"m1","replicas":[{"member":"m1","zone":"a","slot":0,"state":"PRIMARY"},{"member":"m2","zone":"b","slot":1,"state":"STANDBY"}],"lag":{}},` +
+		`{"id":"wc-1","status":"UNASSIGNED","primary":"","replicas":[{"member":"m2","zone":"b","slot":1,"state":"FAILED","error":"boom"}],"lag":{}},` +
+		`{"id":"wc-2","status":"DISABLED","primary":"","replicas":[],"lag":{}}]`
+	if string(b) != want {
+		t.Fatalf("got  %s\nwant %s", b, want)
+	}
+	var buf bytes.Buffer
+	if err := writeShardTable(&buf, rows); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "a/m1:0=PRIMARY,b/m2:1=STANDBY") || !strings.HasPrefix(buf.String(), "ID ") {
+		t.Fatalf("table:\n%s", buf.String())
+	}
+}
+
+func TestMemberRows(t *testing.T) {
+	b, _ := json.Marshal(memberRows(testSnapshot()))
+	want := `[{"id":"m1","zone":"a","endpoint":"http://h1:8080","item_limit":10,"exiting":false,"leader":false},` +
+		`{"id":"m2","zone":"b","endpoint":"http://h2:8080","item_limit":20,"exiting":true,"leader":true}]`
+	if string(b) != want {
+		t.Fatalf("got  %s\nwant %s", b, want)
+	}
+	if othersToTakeOver(testSnapshot(), "a", "m1") {
+		t.Error("m2 is exiting: nobody can take over from m1")
+	}
+	if !othersToTakeOver(testSnapshot(), "b", "m2") {
+		t.Error("m1 can take over from m2")
+	}
+}
+
+func TestReadiness(t *testing.T) {
+	cases := []struct {
+		name     string
+		session  bool
+		replicas []StatusReplica
+		ready    bool
+	}{
+		{"no session", false, nil, false},
+		{"idle member", true, nil, true},
+		{"primary serving, standby backfilling", true, []StatusReplica{{Shard: "a", Slot: 0, State: "PRIMARY"}, {Shard: "b", Slot: 1, State: "BACKFILL"}}, true},
+		{"primary still backfilling", true, []StatusReplica{{Shard: "a", Slot: 0, State: "BACKFILL"}}, false},
+		{"failed standby", true, []StatusReplica{{Shard: "a", Slot: 1, State: "FAILED", Error: "x"}}, false},
+	}
+	for _, tc := range cases {
+		if got, why := readiness(tc.session, tc.replicas); got != tc.ready || (!got && len(why) == 0) {
+			t.Errorf("%s: ready=%v (%v), want %v", tc.name, got, why, tc.ready)
+		}
+	}
+}
+
+func TestMergeShards(t *testing.T) {
+	app := wordcount.App()
+	got, err := mergeShards(app, []string{"s0", "s1", "s2"}, map[string]map[string]string{
+		"s0": {"cat": "2", "dog": "1"}, "s1": {"cat": "3"}, "s2": {},
+	})
+	if err != nil || got["cat"] != "5" || got["dog"] != "1" || len(got) != 2 {
+		t.Fatalf("merge = %v, %v", got, err)
+	}
+	app.Merge = nil
+	if _, err := mergeShards(app, []string{"s0", "s1"}, map[string]map[string]string{"s0": {"k": "1"}, "s1": {"k": "2"}}); err == nil ||
+		!strings.Contains(err.Error(), `"k"`) {
+		t.Fatalf("want an error naming the key without Merge, got %v", err)
+	}
+	var buf bytes.Buffer
+	_ = writeKeyValues(&buf, map[string]string{"b": "2", "a": "10"})
+	if buf.String() != "a 10\nb 2\n" {
+		t.Fatalf("writeKeyValues: %q", buf.String())
+	}
+}
+
+// TestRunUsageErrors runs the command tree in-process: bad input returns
+// exit code 2 with a message naming the problem.
+func TestRunUsageErrors(t *testing.T) {
+	cases := []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"serve", "--bogus"}, nil, "--bogus"},
+		{[]string{"serve", "--app", "nope"}, nil, `unknown app "nope"`},
+		{[]string{"serve", "--member.limit", "x"}, nil, "member.limit"},
+		{[]string{"serve"}, map[string]string{"CONSUMERD_LOG_FORMAT": "xml"}, "--log.format"},
+		{[]string{"shards", "create", "--app", "wordcount"}, nil, "count"},
+		{[]string{"shards", "create", "--app", "wordcount", "--count", "0"}, nil, "--count"},
+		{[]string{"shards", "unassign"}, nil, "--failed"},
+		{[]string{"shards", "list", "-o", "yaml"}, nil, "-o"},
+		{[]string{"publish"}, nil, "topic"},
+	}
+	for _, tc := range cases {
+		var out, errb bytes.Buffer
+		code := Run(t.Context(), tc.args, Options{
+			Apps: []shard.App{wordcount.App()}, Stdout: &out, Stderr: &errb, Stdin: strings.NewReader(""),
+			LookupEnv: func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok },
+		})
+		if code != 2 || !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("%v: code %d stderr %q, want 2 and %q", tc.args, code, errb.String(), tc.want)
+		}
+	}
+}
