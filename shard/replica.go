@@ -39,6 +39,9 @@ type replica struct {
 	errText string
 	lag     map[string]int64
 	applied int64 // recovery-log id applied, for ReplicaStatus.Revision
+	// position reads the live applied position (the player's, then the
+	// recorder's); nil when no database is open.
+	position func() recoverylog.Position
 
 	// dbMu guards query access to a primary's database: queries hold it
 	// shared; the replica takes it exclusively to stop serving them.
@@ -171,6 +174,9 @@ func (r *replica) info() ReplicaInfo {
 	if r.spec != nil {
 		ri.App = r.spec.App
 	}
+	if r.position != nil {
+		ri.Applied = r.position().LogID
+	}
 	if len(r.lag) > 0 {
 		ri.Lag = make(map[string]int64, len(r.lag))
 		for k, v := range r.lag {
@@ -272,6 +278,9 @@ func (r *replica) lifecycle(ctx context.Context) error {
 		_ = rec.Close()
 		return fmt.Errorf("recovery log player after handoff: %w", err)
 	}
+	r.mu.Lock()
+	r.position = rec.Position
+	r.mu.Unlock()
 	r.logger.Info("handoff complete", "term", term, "position", rec.Position().String(), "took", time.Since(start))
 	return r.runPrimary(ctx, sdb, consumer, rec)
 }
@@ -323,6 +332,9 @@ func (r *replica) replay(ctx context.Context, dir string, c Consumer, rlog wal.W
 		pl := startPlayer(ctx, recoverylog.PlayerConfig{
 			Log: rlog, DB: sdb.db, WriteOptions: sdb.wo, Logger: r.logger, ShardID: r.id,
 		})
+		r.mu.Lock()
+		r.position = pl.player.Position
+		r.mu.Unlock()
 		start := time.Now()
 		select {
 		case <-pl.player.CaughtUp():
@@ -358,5 +370,8 @@ func (r *replica) closeDB(sdb *shardDB) {
 	r.dbMu.Lock()
 	r.query = nil
 	r.dbMu.Unlock()
+	r.mu.Lock()
+	r.position = nil
+	r.mu.Unlock()
 	sdb.Close()
 }

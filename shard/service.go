@@ -14,6 +14,7 @@ import (
 	"github.com/consumerd/consumerd/allocator"
 	"github.com/consumerd/consumerd/topic"
 	"github.com/consumerd/consumerd/wal"
+	"github.com/consumerd/consumerd/wal/message"
 )
 
 // ErrLeaseLost is returned by Service.Run when the member's lease was lost
@@ -65,6 +66,9 @@ type ReplicaInfo struct {
 	// Lag is, per source channel, the last id in the channel minus the
 	// offset committed by this primary (primaries only).
 	Lag map[string]int64 `json:"lag,omitempty"`
+	// Applied is the recovery-log id of the last record applied to the
+	// replica's database (0 before the first).
+	Applied message.MessageID `json:"applied"`
 }
 
 // Service runs this member's shard replicas: it follows the member's
