@@ -31,7 +31,8 @@ func (b *openerBuilder) Build() (Opener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("wal: build %s opener: %w", b.impls.Name(), err)
 	}
-	return &opener{impl: impl, backend: b.impls.Name(), opts: b.opts, closed: make(chan struct{})}, nil
+	return &opener{impl: impl, backend: b.impls.Name(), opts: b.opts, closed: make(chan struct{}),
+		wals: make(map[*walAdaptor]struct{})}, nil
 }
 
 type opener struct {
@@ -40,6 +41,9 @@ type opener struct {
 	opts    adaptorOptions
 	closed  chan struct{}
 	once    sync.Once
+
+	mu   sync.Mutex
+	wals map[*walAdaptor]struct{} // open WALs, closed by Close if the caller did not
 }
 
 func (o *opener) retrier() retrier {
@@ -64,13 +68,39 @@ func (o *opener) Open(ctx context.Context, opt *OpenOption) (WAL, error) {
 	if err != nil {
 		return nil, fmt.Errorf("wal: open %q (term %d) on %s: %w", opt.Channel, opt.Term, o.backend, err)
 	}
-	return newWAL(impl, o.backend, opt.Term, o.opts), nil
+	w := newWAL(impl, o.backend, opt.Term, o.opts)
+	w.onClose = func() {
+		o.mu.Lock()
+		delete(o.wals, w)
+		o.mu.Unlock()
+	}
+	o.mu.Lock()
+	select {
+	case <-o.closed:
+		o.mu.Unlock()
+		w.Close()
+		return nil, fmt.Errorf("wal: open %q on %s: opener: %w", opt.Channel, o.backend, ErrClosed)
+	default:
+	}
+	o.wals[w] = struct{}{}
+	o.mu.Unlock()
+	return w, nil
 }
 
-// Close closes the backend connection; safe to call more than once.
+// Close closes WALs still open from this opener (callers should close them
+// first), then the backend connection. Safe to call more than once.
 func (o *opener) Close() {
 	o.once.Do(func() {
+		o.mu.Lock()
 		close(o.closed)
+		wals := make([]*walAdaptor, 0, len(o.wals))
+		for w := range o.wals {
+			wals = append(wals, w)
+		}
+		o.mu.Unlock()
+		for _, w := range wals {
+			w.Close()
+		}
 		o.impl.Close()
 	})
 }

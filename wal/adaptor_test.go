@@ -772,3 +772,21 @@ func TestConcurrentAppendersReadBack(t *testing.T) {
 		})
 	}
 }
+
+func TestOpenerCloseClosesWALs(t *testing.T) {
+	e := newEnv(t, false)
+	w := e.open(t, "t/0000", 0)
+	s, err := w.Read(context.Background(), wal.ReadOption{DeliverPolicy: wal.DeliverLatest()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.opener.Close()
+	if w.IsAvailable() {
+		t.Fatal("WAL still available after its opener closed")
+	}
+	select {
+	case <-s.Done():
+	case <-time.After(wait):
+		t.Fatal("scanner still running after the opener closed")
+	}
+}

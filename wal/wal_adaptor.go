@@ -58,6 +58,7 @@ type walAdaptor struct {
 	available      chan struct{}
 	availOnce      sync.Once
 	closeOnce      sync.Once
+	onClose        func() // set by the opener before the WAL is handed out
 }
 
 type asyncResult struct {
@@ -406,6 +407,9 @@ func (w *walAdaptor) Close() {
 			s.stop(stopWALClosed)
 		}
 		w.impl.Close()
+		if w.onClose != nil {
+			w.onClose()
+		}
 		w.logger.Debug("WAL closed")
 	})
 }

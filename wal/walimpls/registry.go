@@ -59,9 +59,8 @@ func (r *Registry) Names() []string {
 // the package's only global besides the sentinel errors.
 var defaultRegistry = NewRegistry()
 
-// Register adds b to the process-wide registry under b.Name(). It panics on
-// nothing: a nil builder or empty name is silently ignored (use
-// (*Registry).Register to see the error).
+// Register adds b to the process-wide registry under b.Name(). A nil builder
+// or an empty name is ignored; use (*Registry).Register to see the error.
 func Register(b OpenerBuilderImpls) { _ = defaultRegistry.Register(b) }
 
 // Get returns the builder registered in the process-wide registry under name.
