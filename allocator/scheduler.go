@@ -122,12 +122,12 @@ type solver struct {
 	flat  []int32
 	flags []uint8
 
-	recv      []*mheap // per zone: active members with load < limit
-	recvPos   []int32
-	memItems  [][]int32
-	zc        []int32 // scratch zone counts
-	scratch   []int32
-	placed    int
+	recv     []*mheap // per zone: active members with load < limit
+	recvPos  []int32
+	memItems [][]int32
+	zc       []int32 // scratch zone counts
+	scratch  []int32
+	placed   int
 }
 
 func newSolver(members []SchedMember, items []SchedItem) *solver {
