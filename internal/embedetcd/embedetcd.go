@@ -80,6 +80,9 @@ func Start(cfg Config) (*Server, error) {
 	ec.LogLevel = "warn"
 	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(newHclogCore(cfg.Logger)))
 	ec.UnsafeNoFsync = cfg.UnsafeNoFsync
+	// NewConfig leaves this zero, which makes etcd log every request as
+	// "expensive" at warn level; use etcd's own default (300ms).
+	ec.WarningUnaryRequestDuration = embed.DefaultWarningUnaryRequestDuration
 	if cfg.SnapshotCount > 0 {
 		ec.SnapshotCount = cfg.SnapshotCount
 		ec.SnapshotCatchUpEntries = cfg.SnapshotCount
