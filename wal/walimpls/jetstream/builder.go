@@ -1,0 +1,223 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/consumerd/consumerd/wal/walimpls"
+)
+
+// BackendName is the registry name of this backend.
+const BackendName = "jetstream"
+
+// Builder builds JetStream openers; each Build makes one NATS connection.
+type Builder struct {
+	cfg Config
+}
+
+var _ walimpls.OpenerBuilderImpls = (*Builder)(nil)
+
+// NewBuilder returns a builder for cfg. Configuration errors are reported by
+// Build.
+func NewBuilder(cfg Config) *Builder { return &Builder{cfg: cfg} }
+
+// Name is "jetstream".
+func (b *Builder) Name() string { return BackendName }
+
+// Build connects to the NATS server(s) in Config.URL and checks that
+// JetStream is enabled. Errors name the URL tried.
+func (b *Builder) Build() (walimpls.OpenerImpls, error) {
+	cfg, err := b.cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	log := cfg.Logger.Named("jetstream")
+	nc, err := nats.Connect(cfg.URL,
+		nats.Name(cfg.ClientName),
+		nats.Timeout(cfg.ConnectTimeout),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("disconnected from NATS", "url", cfg.URL, "error", err)
+			}
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) {
+			log.Info("reconnected to NATS", "url", c.ConnectedUrl())
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			log.Warn("NATS async error", "url", cfg.URL, "error", err)
+		}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: connect to %s: %w", cfg.URL, err)
+	}
+	js, err := jetstream.New(nc,
+		jetstream.WithPublishAsyncMaxPending(cfg.MaxPending),
+		jetstream.WithPublishAsyncTimeout(cfg.AckTimeout),
+	)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("jetstream: JetStream context on %s: %w", cfg.URL, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.ConnectTimeout)
+	defer cancel()
+	if _, err := js.AccountInfo(ctx); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("jetstream: JetStream not available on %s: %w", cfg.URL, err)
+	}
+	log.Debug("connected", "url", nc.ConnectedUrl(), "max_payload", nc.MaxPayload())
+	return &opener{cfg: cfg, nc: nc, js: js, log: log, wals: map[*walImpl]struct{}{}}, nil
+}
+
+// opener is one NATS connection; it opens channels (streams).
+type opener struct {
+	cfg Config
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	log hclog.Logger
+
+	mu     sync.Mutex
+	closed bool
+	wals   map[*walImpl]struct{}
+	// truncMu serialises Truncate's read-modify-write of stream metadata
+	// within this connection.
+	truncMu sync.Mutex
+}
+
+// Open opens (creating if needed) the channel's stream and, for a term > 0,
+// fences lower terms (see the package doc).
+func (o *opener) Open(ctx context.Context, opt *walimpls.OpenOption) (walimpls.WALImpls, error) {
+	if opt == nil {
+		return nil, errors.New("jetstream: Open: nil OpenOption")
+	}
+	n, err := channelNames(o.cfg.Prefix, opt.Channel)
+	if err != nil {
+		return nil, err
+	}
+	o.mu.Lock()
+	closed := o.closed
+	o.mu.Unlock()
+	if closed {
+		return nil, fmt.Errorf("jetstream: open channel %q: %w", opt.Channel, walimpls.ErrClosed)
+	}
+	ctx, cancel := o.reqCtx(ctx)
+	defer cancel()
+	st, err := o.ensureStream(ctx, n)
+	if err != nil {
+		return nil, err
+	}
+	w := newWAL(o, n, st, opt.Term)
+	if opt.Term > 0 {
+		if err := w.fence(ctx); err != nil {
+			w.Close()
+			return nil, err
+		}
+	}
+	o.mu.Lock()
+	if o.closed {
+		o.mu.Unlock()
+		w.Close()
+		return nil, fmt.Errorf("jetstream: open channel %q: %w", opt.Channel, walimpls.ErrClosed)
+	}
+	o.wals[w] = struct{}{}
+	o.mu.Unlock()
+	w.start()
+	return w, nil
+}
+
+// ensureStream looks up the channel's stream, creating it when missing.
+func (o *opener) ensureStream(ctx context.Context, n names) (jetstream.Stream, error) {
+	for attempt := 0; attempt < 3; attempt++ {
+		st, err := o.js.Stream(ctx, n.stream)
+		if err == nil {
+			if err := checkSubjects(st.CachedInfo(), n); err != nil {
+				return nil, err
+			}
+			return st, nil
+		}
+		if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil, fmt.Errorf("jetstream: look up stream %s for channel %q on %s: %w", n.stream, n.channel, o.cfg.URL, err)
+		}
+		storage := jetstream.FileStorage
+		if o.cfg.MemoryStorage {
+			storage = jetstream.MemoryStorage
+		}
+		st, err = o.js.CreateStream(ctx, jetstream.StreamConfig{
+			Name:        n.stream,
+			Description: "consumerd WAL channel " + n.channel,
+			Subjects:    []string{n.data, n.fence},
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     storage,
+			Replicas:    o.cfg.Replicas,
+			Duplicates:  o.cfg.DuplicateWindow,
+			AllowDirect: true,
+			Metadata:    map[string]string{metaChannel: n.channel},
+		})
+		if err == nil {
+			o.log.Debug("created stream", "stream", n.stream, "channel", n.channel, "replicas", o.cfg.Replicas)
+			return st, nil
+		}
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			continue // created concurrently: look it up again
+		}
+		return nil, fmt.Errorf("jetstream: create stream %s for channel %q on %s: %w", n.stream, n.channel, o.cfg.URL, err)
+	}
+	return nil, fmt.Errorf("jetstream: stream %s for channel %q on %s: created concurrently but not found", n.stream, n.channel, o.cfg.URL)
+}
+
+func checkSubjects(info *jetstream.StreamInfo, n names) error {
+	if info == nil {
+		return nil
+	}
+	have := map[string]bool{}
+	for _, s := range info.Config.Subjects {
+		have[s] = true
+	}
+	if !have[n.data] || !have[n.fence] {
+		return fmt.Errorf("jetstream: stream %s exists but does not capture subjects %s and %s (has %v): not a consumerd channel stream for %q",
+			n.stream, n.data, n.fence, info.Config.Subjects, n.channel)
+	}
+	return nil
+}
+
+// reqCtx bounds a request by AckTimeout unless ctx already has a deadline.
+func (o *opener) reqCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, o.cfg.AckTimeout)
+}
+
+func (o *opener) forget(w *walImpl) {
+	o.mu.Lock()
+	delete(o.wals, w)
+	o.mu.Unlock()
+}
+
+// Close closes WALs still open, then the connection.
+func (o *opener) Close() {
+	o.mu.Lock()
+	if o.closed {
+		o.mu.Unlock()
+		return
+	}
+	o.closed = true
+	open := make([]*walImpl, 0, len(o.wals))
+	for w := range o.wals {
+		open = append(open, w)
+	}
+	o.mu.Unlock()
+	for _, w := range open {
+		o.log.Warn("closing WAL left open at opener Close", "channel", w.n.channel)
+		w.Close()
+	}
+	o.nc.Close()
+}

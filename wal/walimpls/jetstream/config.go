@@ -1,0 +1,84 @@
+package jetstream
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// Config configures the JetStream backend.
+type Config struct {
+	// URL is the NATS server URL, or a comma-separated list of cluster URLs,
+	// e.g. "nats://127.0.0.1:4222". Required.
+	URL string
+	// Prefix prefixes stream names ("<prefix>_<channel>") and subjects
+	// ("<prefix>.<channel>.data|fence"); [A-Za-z0-9_-]+. Default "consumerd".
+	// Distinct prefixes give disjoint channel namespaces on one server.
+	Prefix string
+	// Replicas is the stream replication factor for new streams: 1 (default,
+	// a single server) or 3 in production clusters.
+	Replicas int
+	// MemoryStorage stores new streams in memory instead of files (tests and
+	// benchmarks only: nothing survives a server restart).
+	MemoryStorage bool
+	// DuplicateWindow is how long JetStream remembers a MutableMessage.DedupeID
+	// (Nats-Msg-Id). Default 2 minutes.
+	DuplicateWindow time.Duration
+	// AckTimeout bounds the wait for the server's acknowledgement of an
+	// append, and of other requests. Default 30 s.
+	AckTimeout time.Duration
+	// MaxPending bounds unacknowledged async appends per connection; further
+	// appends block (backpressure). Default 4000.
+	MaxPending int
+	// ConnectTimeout bounds the initial connection. Default 5 s.
+	ConnectTimeout time.Duration
+	// ClientName names the connection on the server (monitoring). Default
+	// "consumerd".
+	ClientName string
+	// Logger receives connection events (named "jetstream"); nil discards.
+	Logger hclog.Logger
+}
+
+// Durability note: when an append is acknowledged is decided by the server,
+// not by this client: a single server writes to its file store and fsyncs
+// periodically unless started with sync_interval "always"
+// (embednats.Config.SyncAlways); an R=3 stream acknowledges once a quorum has
+// the message.
+
+func (c Config) withDefaults() (Config, error) {
+	if c.URL == "" {
+		return c, fmt.Errorf("jetstream: Config.URL is required")
+	}
+	if c.Prefix == "" {
+		c.Prefix = "consumerd"
+	}
+	if err := validPrefix(c.Prefix); err != nil {
+		return c, err
+	}
+	switch {
+	case c.Replicas == 0:
+		c.Replicas = 1
+	case c.Replicas < 0 || c.Replicas > 5:
+		return c, fmt.Errorf("jetstream: Config.Replicas %d out of range 1..5", c.Replicas)
+	}
+	if c.DuplicateWindow <= 0 {
+		c.DuplicateWindow = 2 * time.Minute
+	}
+	if c.AckTimeout <= 0 {
+		c.AckTimeout = 30 * time.Second
+	}
+	if c.MaxPending <= 0 {
+		c.MaxPending = 4000
+	}
+	if c.ConnectTimeout <= 0 {
+		c.ConnectTimeout = 5 * time.Second
+	}
+	if c.ClientName == "" {
+		c.ClientName = "consumerd"
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+	return c, nil
+}

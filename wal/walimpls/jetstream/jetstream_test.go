@@ -1,0 +1,440 @@
+package jetstream_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/consumerd/consumerd/internal/embednats"
+	"github.com/consumerd/consumerd/internal/natstest"
+	"github.com/consumerd/consumerd/wal/message"
+	"github.com/consumerd/consumerd/wal/walimpls"
+	"github.com/consumerd/consumerd/wal/walimpls/jetstream"
+	"github.com/consumerd/consumerd/wal/walimpls/walimplstest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var prefixSeq atomic.Int64
+
+// freshPrefix gives each builder its own channel namespace on a shared server.
+func freshPrefix() string { return fmt.Sprintf("t%d", prefixSeq.Add(1)) }
+
+func ctxFor(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestConformance(t *testing.T) {
+	url := natstest.Start(t)
+	walimplstest.Run(t, func(t *testing.T) walimpls.OpenerBuilderImpls {
+		return jetstream.NewBuilder(jetstream.Config{URL: url, Prefix: freshPrefix()})
+	})
+}
+
+func buildOpener(t *testing.T, cfg jetstream.Config) walimpls.OpenerImpls {
+	t.Helper()
+	o, err := jetstream.NewBuilder(cfg).Build()
+	if err != nil {
+		t.Fatalf("Build: %v", err)
+	}
+	t.Cleanup(o.Close)
+	return o
+}
+
+func openWAL(t *testing.T, o walimpls.OpenerImpls, ch string, term uint64) walimpls.WALImpls {
+	t.Helper()
+	w, err := o.Open(ctxFor(t), &walimpls.OpenOption{Channel: ch, Term: term})
+	if err != nil {
+		t.Fatalf("Open %q term %d: %v", ch, term, err)
+	}
+	t.Cleanup(w.Close)
+	return w
+}
+
+func readAll(t *testing.T, w walimpls.WALImpls, n int) []message.ImmutableMessage {
+	t.Helper()
+	s, err := w.Read(ctxFor(t), walimpls.ReadOption{Name: "test", DeliverPolicy: walimpls.DeliverAll()})
+	if err != nil {
+		t.Fatalf("Read: %v", err)
+	}
+	defer s.Close()
+	var out []message.ImmutableMessage
+	timeout := time.After(10 * time.Second)
+	for len(out) < n {
+		select {
+		case m, ok := <-s.Chan():
+			if !ok {
+				t.Fatalf("scanner stopped after %d of %d: %v", len(out), n, s.Error())
+			}
+			out = append(out, m)
+		case <-timeout:
+			t.Fatalf("read %d of %d messages before timeout", len(out), n)
+		}
+	}
+	return out
+}
+
+func TestBuildErrorNamesURL(t *testing.T) {
+	// A port nothing listens on: take a free one and keep it closed.
+	url := "nats://127.0.0.1:1"
+	_, err := jetstream.NewBuilder(jetstream.Config{URL: url, ConnectTimeout: time.Second}).Build()
+	if err == nil || !strings.Contains(err.Error(), url) {
+		t.Fatalf("Build error %v does not name %s", err, url)
+	}
+	for _, tc := range []struct {
+		cfg  jetstream.Config
+		want string
+	}{
+		{jetstream.Config{}, "URL is required"},
+		{jetstream.Config{URL: url, Prefix: "a.b"}, "prefix"},
+		{jetstream.Config{URL: url, Replicas: 7}, "Replicas 7"},
+	} {
+		if _, err := jetstream.NewBuilder(tc.cfg).Build(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Build(%+v): error %v, want one mentioning %q", tc.cfg, err, tc.want)
+		}
+	}
+}
+
+func TestNameAndBadChannel(t *testing.T) {
+	b := jetstream.NewBuilder(jetstream.Config{URL: natstest.Start(t)})
+	if b.Name() != "jetstream" {
+		t.Fatalf("Name %q", b.Name())
+	}
+	o, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	if _, err := o.Open(ctxFor(t), &walimpls.OpenOption{Channel: ""}); err == nil {
+		t.Fatal("Open of an empty channel name succeeded")
+	}
+	if _, err := o.Open(ctxFor(t), nil); err == nil {
+		t.Fatal("Open(nil) succeeded")
+	}
+}
+
+// Channels whose names differ only in characters the escaping rewrites live
+// in distinct streams on a real server.
+func TestSimilarChannelsAreSeparate(t *testing.T) {
+	o := buildOpener(t, jetstream.Config{URL: natstest.Start(t)})
+	chans := []string{"a/b", "a.b", "a_b", "a_sb", "a-b", "a__b"}
+	for i, ch := range chans {
+		w := openWAL(t, o, ch, 0)
+		for j := 0; j <= i; j++ {
+			if _, err := w.Append(ctxFor(t), message.MutableMessage{Payload: []byte(ch)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for i, ch := range chans {
+		w := openWAL(t, o, ch, 0)
+		got := readAll(t, w, i+1)
+		for _, m := range got {
+			if string(m.Payload) != ch || m.Channel != ch {
+				t.Fatalf("channel %q holds %q (channel field %q)", ch, m.Payload, m.Channel)
+			}
+		}
+		last, err := w.LastID(ctxFor(t))
+		if err != nil || last != got[len(got)-1].ID {
+			t.Fatalf("channel %q LastID %d, %v; want %d", ch, last, err, got[len(got)-1].ID)
+		}
+	}
+}
+
+// Two connections (as two processes would), many interleaved conditional
+// appends: once term 2 opened, term 1 is fenced for good, and only
+// acknowledged appends are stored.
+func TestFencingAcrossConnectionsWhilePipelining(t *testing.T) {
+	url := natstest.Start(t)
+	o1 := buildOpener(t, jetstream.Config{URL: url})
+	o2 := buildOpener(t, jetstream.Config{URL: url})
+	const ch = "recovery/fence-pipe"
+	w1 := openWAL(t, o1, ch, 1)
+	ctx := ctxFor(t)
+
+	type res struct {
+		id  message.MessageID
+		err error
+	}
+	aa := w1.(walimpls.AsyncAppender)
+	results := make([]chan res, 2000)
+	for i := range results {
+		results[i] = make(chan res, 1)
+		if i == 1000 {
+			// Term 2 opens while term 1 has appends in flight.
+			openWAL(t, o2, ch, 2)
+		}
+		c := results[i]
+		aa.AppendAsync(ctx, message.MutableMessage{Payload: []byte(fmt.Sprintf("w1-%d", i))},
+			func(id message.MessageID, err error) { c <- res{id, err} })
+	}
+	var acked []message.MessageID
+	fencedFrom := -1
+	for i, c := range results {
+		r := <-c
+		switch {
+		case r.err == nil:
+			if fencedFrom >= 0 {
+				t.Fatalf("append %d acknowledged (id %d) after append %d was fenced", i, r.id, fencedFrom)
+			}
+			acked = append(acked, r.id)
+		case errors.Is(r.err, walimpls.ErrFenced):
+			if fencedFrom < 0 {
+				fencedFrom = i
+			}
+		default:
+			t.Fatalf("append %d: unexpected error %v", i, r.err)
+		}
+	}
+	if fencedFrom < 0 || fencedFrom > 1000 {
+		t.Fatalf("first fenced append %d; want one at or before 1000 (when term 2 opened)", fencedFrom)
+	}
+	if _, err := w1.Append(ctx, message.MutableMessage{Payload: []byte("late")}); !errors.Is(err, walimpls.ErrFenced) {
+		t.Fatalf("append after fencing: %v, want ErrFenced", err)
+	}
+	got := readAll(t, openWAL(t, o2, ch, 0), len(acked))
+	for i, m := range got {
+		if m.ID != acked[i] || string(m.Payload) != fmt.Sprintf("w1-%d", i) {
+			t.Fatalf("message %d: id %d payload %q; want id %d payload w1-%d", i, m.ID, m.Payload, acked[i], i)
+		}
+	}
+}
+
+// A writer reopened with the same term continues; a term-0 append between
+// its pipelined appends makes it re-send, not fail.
+func TestSameTermReopenAndForeignAppend(t *testing.T) {
+	url := natstest.Start(t)
+	o := buildOpener(t, jetstream.Config{URL: url})
+	const ch = "recovery/same-term"
+	ctx := ctxFor(t)
+	w := openWAL(t, o, ch, 5)
+	if _, err := w.Append(ctx, message.MutableMessage{Payload: []byte("a")}); err != nil {
+		t.Fatal(err)
+	}
+	intruder := openWAL(t, buildOpener(t, jetstream.Config{URL: url}), ch, 0)
+	if _, err := intruder.Append(ctx, message.MutableMessage{Payload: []byte("foreign")}); err != nil {
+		t.Fatal(err)
+	}
+	// w's expected sequence is now stale: the append must still succeed.
+	id, err := w.Append(ctx, message.MutableMessage{Payload: []byte("b")})
+	if err != nil {
+		t.Fatalf("append after a foreign append: %v", err)
+	}
+	w2 := openWAL(t, o, ch, 5)
+	id2, err := w2.Append(ctx, message.MutableMessage{Payload: []byte("c")})
+	if err != nil || id2 <= id {
+		t.Fatalf("append of same-term reopen: id %d, %v; want above %d", id2, err, id)
+	}
+	got := readAll(t, w2, 4)
+	var payloads []string
+	for _, m := range got {
+		payloads = append(payloads, string(m.Payload))
+	}
+	if strings.Join(payloads, ",") != "a,foreign,b,c" {
+		t.Fatalf("channel holds %v", payloads)
+	}
+}
+
+// Many term-0 appenders on separate connections share a channel.
+func TestTermZeroConcurrentConnections(t *testing.T) {
+	url := natstest.Start(t)
+	const ch = "words/0000"
+	const writers, each = 4, 250
+	var wg sync.WaitGroup
+	ids := make(chan message.MessageID, writers*each)
+	for i := 0; i < writers; i++ {
+		w := openWAL(t, buildOpener(t, jetstream.Config{URL: url}), ch, 0)
+		aa := w.(walimpls.AsyncAppender)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var inner sync.WaitGroup
+			for j := 0; j < each; j++ {
+				inner.Add(1)
+				aa.AppendAsync(context.Background(), message.MutableMessage{Payload: []byte(fmt.Sprintf("%d-%d", i, j))},
+					func(id message.MessageID, err error) {
+						defer inner.Done()
+						if err != nil {
+							t.Errorf("writer %d append %d: %v", i, j, err)
+							return
+						}
+						ids <- id
+					})
+			}
+			inner.Wait()
+		}()
+	}
+	wg.Wait()
+	close(ids)
+	seen := map[message.MessageID]bool{}
+	for id := range ids {
+		if seen[id] {
+			t.Fatalf("id %d acknowledged twice", id)
+		}
+		seen[id] = true
+	}
+	r := openWAL(t, buildOpener(t, jetstream.Config{URL: url}), ch, 0)
+	got := readAll(t, r, writers*each)
+	next := map[string]int{}
+	for _, m := range got {
+		if !seen[m.ID] {
+			t.Fatalf("read id %d that was never acknowledged", m.ID)
+		}
+		var w, j int
+		if _, err := fmt.Sscanf(string(m.Payload), "%d-%d", &w, &j); err != nil {
+			t.Fatal(err)
+		}
+		if key := fmt.Sprint(w); next[key] != j {
+			t.Fatalf("writer %d: message %d read before %d", w, j, next[key])
+		} else {
+			next[key] = j + 1
+		}
+	}
+}
+
+func TestDedupeID(t *testing.T) {
+	o := buildOpener(t, jetstream.Config{URL: natstest.Start(t)})
+	ctx := ctxFor(t)
+	for _, term := range []uint64{0, 7} {
+		w := openWAL(t, o, fmt.Sprintf("dedupe/%d", term), term)
+		m := message.MutableMessage{Payload: []byte("once"), DedupeID: "txn-1"}
+		a, err := w.Append(ctx, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := w.Append(ctx, m)
+		if err != nil || a != b {
+			t.Fatalf("term %d: repeated DedupeID got id %d, %v; want %d", term, b, err, a)
+		}
+		// The writer carries on after the duplicate (a fenced writer's expected
+		// sequence did not move).
+		c, err := w.Append(ctx, message.MutableMessage{Payload: []byte("next")})
+		if err != nil || c <= a {
+			t.Fatalf("term %d: append after duplicate: id %d, %v", term, c, err)
+		}
+		got := readAll(t, w, 2)
+		if string(got[0].Payload) != "once" || string(got[1].Payload) != "next" {
+			t.Fatalf("term %d: read %q, %q", term, got[0].Payload, got[1].Payload)
+		}
+	}
+}
+
+func TestMaxPayloadNamesSizes(t *testing.T) {
+	srv := natstest.StartServer(t, embednats.Config{MaxPayload: 64 * 1024})
+	o := buildOpener(t, jetstream.Config{URL: srv.URL()})
+	w := openWAL(t, o, "big/0000", 0)
+	_, err := w.Append(ctxFor(t), message.MutableMessage{Payload: make([]byte, 100*1024)})
+	if err == nil {
+		t.Fatal("append above max_payload succeeded")
+	}
+	if walimpls.IsRetryable(err) {
+		t.Fatalf("oversize error %v is retryable", err)
+	}
+	for _, want := range []string{"102400", "65536", "max_payload", "big/0000"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("error %q does not mention %q", err, want)
+		}
+	}
+	// Just under the limit works.
+	if _, err := w.Append(ctxFor(t), message.MutableMessage{Payload: make([]byte, 60*1024)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Restarting the embedded server on the same store keeps the channel and ids
+// keep increasing; a fenced writer's term survives too.
+func TestServerRestartKeepsIDsAndTerms(t *testing.T) {
+	dir := t.TempDir()
+	srv := natstest.StartServer(t, embednats.Config{StoreDir: dir})
+	port := srv.Addr()[strings.LastIndex(srv.Addr(), ":")+1:]
+	ctx := ctxFor(t)
+	o := buildOpener(t, jetstream.Config{URL: srv.URL()})
+	w := openWAL(t, o, "recovery/restart", 3)
+	var last message.MessageID
+	for i := 0; i < 5; i++ {
+		id, err := w.Append(ctx, message.MutableMessage{Payload: []byte(fmt.Sprint(i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = id
+	}
+	if err := w.Truncate(ctx, last); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	o.Close()
+	srv.Shutdown()
+
+	var portNum int
+	fmt.Sscan(port, &portNum)
+	srv2 := natstest.StartServer(t, embednats.Config{StoreDir: dir, Port: portNum})
+	o2 := buildOpener(t, jetstream.Config{URL: srv2.URL()})
+	stale := openWAL(t, o2, "recovery/restart", 2)
+	if _, err := stale.Append(ctx, message.MutableMessage{Payload: []byte("stale")}); !errors.Is(err, walimpls.ErrFenced) {
+		t.Fatalf("term 2 after restart: %v, want ErrFenced (term 3 was recorded)", err)
+	}
+	w2 := openWAL(t, o2, "recovery/restart", 4)
+	id, err := w2.Append(ctx, message.MutableMessage{Payload: []byte("after")})
+	if err != nil || id <= last {
+		t.Fatalf("append after restart: id %d, %v; want above %d", id, err, last)
+	}
+	got := readAll(t, w2, 2)
+	if got[0].ID != last || got[1].ID != id {
+		t.Fatalf("after restart read ids %d,%d; want %d,%d (truncation kept)", got[0].ID, got[1].ID, last, id)
+	}
+	if _, err := w2.Read(ctx, walimpls.ReadOption{DeliverPolicy: walimpls.DeliverStartFrom(last - 1)}); !errors.Is(err, walimpls.ErrTruncated) {
+		t.Fatalf("read below the truncation point after restart: %v, want ErrTruncated", err)
+	}
+}
+
+// A scanner far behind when Truncate removes positions it has not read stops
+// with ErrTruncated instead of skipping them.
+func TestTruncateUnderLaggingScanner(t *testing.T) {
+	o := buildOpener(t, jetstream.Config{URL: natstest.Start(t)})
+	ctx := ctxFor(t)
+	w := openWAL(t, o, "recovery/lag", 0)
+	var ids []message.MessageID
+	for i := 0; i < 50; i++ {
+		id, err := w.Append(ctx, message.MutableMessage{Payload: []byte(fmt.Sprint(i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	s, err := w.Read(ctx, walimpls.ReadOption{DeliverPolicy: walimpls.DeliverAll(), ReadAheadBufferSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if m := <-s.Chan(); m.ID != ids[0] {
+		t.Fatalf("first id %d, want %d", m.ID, ids[0])
+	}
+	if err := w.Truncate(ctx, ids[40]); err != nil {
+		t.Fatal(err)
+	}
+	// Drain: the scanner may deliver what it had buffered, but must not
+	// deliver anything at or above ids[40] without first stopping with
+	// ErrTruncated — unless every id below ids[40] was delivered.
+	prev := ids[0]
+	for m := range s.Chan() {
+		if m.ID != prev+1 {
+			t.Fatalf("scanner skipped from %d to %d", prev, m.ID)
+		}
+		prev = m.ID
+		if prev == ids[len(ids)-1] {
+			t.Fatal("scanner delivered all messages although the middle was truncated unread")
+		}
+	}
+	if err := s.Error(); !errors.Is(err, walimpls.ErrTruncated) {
+		t.Fatalf("scanner stopped with %v, want ErrTruncated", err)
+	}
+}

@@ -1,0 +1,216 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/consumerd/consumerd/wal/message"
+	"github.com/consumerd/consumerd/wal/walimpls"
+)
+
+// defaultReadAhead is the scanner buffer when ReadOption leaves it to us.
+const defaultReadAhead = 1024
+
+// Read opens an ordered consumer on the channel's data subject (fence records
+// are never delivered) at opt.DeliverPolicy. A start position below the
+// truncation point fails with ErrTruncated.
+func (w *walImpl) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.ScannerImpls, error) {
+	w.mu.Lock()
+	closed := w.closed
+	w.mu.Unlock()
+	if closed {
+		return nil, fmt.Errorf("jetstream: read channel %q: %w", w.n.channel, walimpls.ErrClosed)
+	}
+	rctx, cancel := w.o.reqCtx(ctx)
+	defer cancel()
+	info, err := w.st.Info(rctx)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: read channel %q: stream info: %w", w.n.channel, err)
+	}
+	trunc := truncatedBelow(info.Config.Metadata)
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{w.n.data}}
+	var next uint64 // first sequence the scanner must not skip past; 0 = unknown
+	startAt := func(seq uint64) error {
+		if seq < trunc {
+			return fmt.Errorf("jetstream: read channel %q from %d: messages below %d were removed: %w",
+				w.n.channel, seq, trunc, walimpls.ErrTruncated)
+		}
+		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+		cfg.OptStartSeq = seq
+		next = seq
+		return nil
+	}
+	dp := opt.DeliverPolicy
+	switch dp.Kind {
+	case walimpls.DeliverKindAll:
+		err = startAt(max(trunc, 1))
+	case walimpls.DeliverKindLatest:
+		cfg.DeliverPolicy = jetstream.DeliverNewPolicy
+	case walimpls.DeliverKindStartFrom:
+		err = startAt(max(uint64(dp.ID), 1))
+	case walimpls.DeliverKindStartAfter:
+		err = startAt(uint64(dp.ID) + 1)
+	default:
+		err = fmt.Errorf("jetstream: read channel %q: unknown deliver policy kind %d", w.n.channel, dp.Kind)
+	}
+	if err != nil {
+		return nil, err
+	}
+	cons, err := w.st.OrderedConsumer(rctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: read channel %q: ordered consumer: %w", w.n.channel, err)
+	}
+	buf := opt.ReadAheadBufferSize
+	if buf <= 0 {
+		buf = defaultReadAhead
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(buf))
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: read channel %q: start consumer: %w", w.n.channel, err)
+	}
+	sctx, scancel := context.WithCancel(context.Background())
+	s := &scanner{
+		w:      w,
+		name:   opt.Name,
+		it:     it,
+		ch:     make(chan message.ImmutableMessage, min(buf, 256)),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+		ctx:    sctx,
+		cancel: scancel,
+		next:   next,
+	}
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		it.Stop()
+		scancel()
+		return nil, fmt.Errorf("jetstream: read channel %q: %w", w.n.channel, walimpls.ErrClosed)
+	}
+	w.scanners[s] = struct{}{}
+	w.mu.Unlock()
+	go s.run()
+	return s, nil
+}
+
+// scanner delivers one ordered consumer's messages on ch.
+type scanner struct {
+	w      *walImpl
+	name   string
+	it     jetstream.MessagesContext
+	ch     chan message.ImmutableMessage
+	stop   chan struct{}
+	done   chan struct{}
+	ctx    context.Context
+	cancel context.CancelFunc
+	once   sync.Once
+	next   uint64 // sequence expected next (0 = unknown); a larger one is a gap
+	err    error  // written before done is closed
+}
+
+var _ walimpls.ScannerImpls = (*scanner)(nil)
+
+func (s *scanner) Name() string                          { return s.name }
+func (s *scanner) Chan() <-chan message.ImmutableMessage { return s.ch }
+func (s *scanner) Done() <-chan struct{}                 { return s.done }
+
+// Error says why the scanner stopped; nil while it runs.
+func (s *scanner) Error() error {
+	select {
+	case <-s.done:
+		return s.err
+	default:
+		return nil
+	}
+}
+
+// Close stops the scanner and waits for it. Safe to call more than once.
+func (s *scanner) Close() error {
+	s.halt()
+	<-s.done
+	return nil
+}
+
+func (s *scanner) halt() {
+	s.once.Do(func() {
+		close(s.stop)
+		s.cancel()
+		s.it.Stop()
+	})
+}
+
+func (s *scanner) stopped() bool {
+	select {
+	case <-s.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *scanner) run() {
+	err := s.loop()
+	if s.stopped() {
+		err = walimpls.ErrScannerClosed
+	}
+	s.err = err
+	s.halt()
+	close(s.ch)
+	s.w.mu.Lock()
+	delete(s.w.scanners, s)
+	s.w.mu.Unlock()
+	close(s.done)
+}
+
+func (s *scanner) loop() error {
+	for {
+		m, err := s.it.Next()
+		if err != nil {
+			if s.stopped() || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return walimpls.ErrScannerClosed
+			}
+			return fmt.Errorf("jetstream: scanner %q on channel %q: %w", s.name, s.w.n.channel, err)
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return fmt.Errorf("jetstream: scanner %q on channel %q: message metadata: %w", s.name, s.w.n.channel, err)
+		}
+		seq := md.Sequence.Stream
+		if s.next != 0 && seq != s.next {
+			if err := s.checkGap(seq); err != nil {
+				return err
+			}
+		}
+		s.next = seq + 1
+		im, err := decodeMessage(s.w.n.channel, seq, md.Timestamp, m.Headers(), m.Data())
+		if err != nil {
+			return err
+		}
+		select {
+		case s.ch <- im:
+		case <-s.stop:
+			return walimpls.ErrScannerClosed
+		}
+	}
+}
+
+// checkGap runs when the consumer skipped from s.next to seq. Gaps are normal
+// (fence records, dedupe); they are an error only if the skipped positions
+// were truncated while the scanner was behind — never a silent skip.
+func (s *scanner) checkGap(seq uint64) error {
+	ctx, cancel := context.WithTimeout(s.ctx, s.w.o.cfg.AckTimeout)
+	defer cancel()
+	info, err := s.w.st.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("jetstream: scanner %q on channel %q: check gap %d..%d: %w", s.name, s.w.n.channel, s.next, seq, err)
+	}
+	if trunc := truncatedBelow(info.Config.Metadata); s.next < trunc {
+		return fmt.Errorf("jetstream: scanner %q on channel %q: positions %d..%d were truncated before they were read: %w",
+			s.name, s.w.n.channel, s.next, trunc-1, walimpls.ErrTruncated)
+	}
+	return nil
+}
