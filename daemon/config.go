@@ -157,7 +157,14 @@ func (c *ServeConfig) Validate() error {
 			bad("embedded.nats-addr", "%q is not host:port", c.EmbeddedNATSAddr)
 		}
 	}
-	return errors.Join(errs...)
+	if len(errs) == 0 {
+		return nil
+	}
+	msgs := make([]string, len(errs))
+	for i, e := range errs {
+		msgs[i] = e.Error()
+	}
+	return errors.New(strings.Join(msgs, "; "))
 }
 
 // validID mirrors allocator.ValidID ([A-Za-z0-9._-]+) without importing it

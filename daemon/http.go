@@ -322,7 +322,11 @@ func gather(ctx context.Context, hc *http.Client, snap allocator.Snapshot, app s
 	}
 	if len(errs) > 0 {
 		sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
-		return nil, errors.Join(errs...)
+		msgs := make([]string, len(errs))
+		for i, e := range errs {
+			msgs[i] = e.Error()
+		}
+		return nil, errors.New(strings.Join(msgs, "; "))
 	}
 	return mergeShards(app, ids, per)
 }

@@ -133,7 +133,7 @@ func Serve(ctx context.Context, cfg ServeConfig, app shard.App, apps map[string]
 		}
 		dir := filepath.Join(cfg.DataDir, "nats")
 		ns, err := embednats.Start(embednats.Config{
-			Host: host, Port: port, StoreDir: dir, SyncAlways: cfg.WALSync == "always", Logger: log,
+			Host: host, Port: port, StoreDir: dir, SyncAlways: cfg.WALSync == "always", Logger: quieter(cfg, out),
 		})
 		if err != nil {
 			return fmt.Errorf("embedded nats-server on %s: %w", cfg.EmbeddedNATSAddr, err)
@@ -235,6 +235,17 @@ func Serve(ctx context.Context, cfg ServeConfig, app shard.App, apps map[string]
 			return nil
 		}
 	}
+}
+
+// quieter is the logger for the embedded nats-server: its startup banner
+// and notices are info-level chatter, so it logs warnings and errors only,
+// unless --log.level is debug or trace.
+func quieter(cfg ServeConfig, out interface{ Write([]byte) (int, error) }) hclog.Logger {
+	level := cfg.LogLevel
+	if l := hclog.LevelFromString(level); l > hclog.Debug && l < hclog.Warn {
+		level = "warn"
+	}
+	return newLogger(level, cfg.LogFormat, out)
 }
 
 // othersToTakeOver reports whether a member other than zone/id, and not
