@@ -79,6 +79,9 @@ func NewPlayer(cfg PlayerConfig) *Player {
 		p.logger = hclog.NewNullLogger()
 	}
 	p.logger = p.logger.With("shard", cfg.ShardID)
+	if !p.wo.IsDisableWAL() {
+		p.logger.Warn("RocksDB WAL enabled for recovery-log applies; the recovery log already is the WAL (slower, no safer)")
+	}
 	return p
 }
 
@@ -147,9 +150,9 @@ func (p *Player) Play(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("recoverylog: shard %s: last id of %s: %w", shard, p.cfg.Log.Channel(), err)
 	}
-	if pos.LogID > lastID {
-		return fmt.Errorf("recoverylog: shard %s: DB position %v is ahead of the log's last id %d (wrong or recreated log)", shard, pos, lastID)
-	}
+	// lastID may be below pos.LogID when the log was truncated up to (or
+	// past) the DB's position: then nothing is left to replay, and whether
+	// the start position is still valid is the scanner's to say.
 	policy := wal.DeliverAll()
 	if pos.LogID != 0 {
 		policy = wal.DeliverStartAfter(pos.LogID)

@@ -20,7 +20,7 @@ import (
 
 // becomeWriter replays channel into db, hands off with term and returns
 // the Recorder (closed at cleanup) and its WAL.
-func becomeWriter(t *testing.T, op wal.Opener, shard string, db *grocksdb.DB, term uint64, author string) *Recorder {
+func becomeWriter(t testing.TB, op wal.Opener, shard string, db *grocksdb.DB, term uint64, author string) *Recorder {
 	t.Helper()
 	log := openWAL(t, op, Channel(shard), 0)
 	r := startPlayer(t, PlayerConfig{Log: log, DB: db, ShardID: shard})
@@ -43,7 +43,7 @@ func becomeWriter(t *testing.T, op wal.Opener, shard string, db *grocksdb.DB, te
 }
 
 // replayInto replays shard's log into db until caught up and stops.
-func replayInto(t *testing.T, op wal.Opener, shard string, db *grocksdb.DB) Position {
+func replayInto(t testing.TB, op wal.Opener, shard string, db *grocksdb.DB) Position {
 	t.Helper()
 	r := startPlayer(t, PlayerConfig{Log: openWAL(t, op, Channel(shard), 0), DB: db, ShardID: shard})
 	waitCaughtUp(t, r)
