@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/consumerd/consumerd/wal/message"
 	"github.com/consumerd/consumerd/wal/walimpls"
@@ -59,6 +60,22 @@ type walAdaptor struct {
 	availOnce      sync.Once
 	closeOnce      sync.Once
 	onClose        func() // set by the opener before the WAL is handed out
+	m              walMetrics
+}
+
+// walMetrics are the WAL's metric children, looked up once.
+type walMetrics struct {
+	appends, bytes, retries prometheus.Counter
+	duration                prometheus.Observer
+}
+
+func newWALMetrics(backend string) walMetrics {
+	return walMetrics{
+		appends:  appendsTotal.WithLabelValues(backend),
+		bytes:    appendBytesTotal.WithLabelValues(backend),
+		retries:  appendRetriesTotal.WithLabelValues(backend),
+		duration: appendDuration.WithLabelValues(backend),
+	}
 }
 
 type asyncResult struct {
@@ -81,6 +98,7 @@ func newWAL(impl walimpls.WALImpls, backend string, term uint64, opts adaptorOpt
 		stopDispatch:   make(chan struct{}),
 		dispatcherDone: make(chan struct{}),
 		available:      make(chan struct{}),
+		m:              newWALMetrics(backend),
 	}
 	w.retry = retrier{initial: opts.retryInitial, max: opts.retryMax, attempts: opts.retryAttempts,
 		logger: w.logger, backend: backend}
@@ -186,7 +204,7 @@ func (w *walAdaptor) AppendAsync(ctx context.Context, msg message.MutableMessage
 
 // observe records metrics (and fencing) for a finished append.
 func (w *walAdaptor) observe(start time.Time, msg *message.MutableMessage, err error) {
-	appendDuration.WithLabelValues(w.backend).Observe(time.Since(start).Seconds())
+	w.m.duration.Observe(time.Since(start).Seconds())
 	if err != nil {
 		appendErrorsTotal.WithLabelValues(w.backend, errorReason(err)).Inc()
 		if errors.Is(err, ErrFenced) {
@@ -194,8 +212,8 @@ func (w *walAdaptor) observe(start time.Time, msg *message.MutableMessage, err e
 		}
 		return
 	}
-	appendsTotal.WithLabelValues(w.backend).Inc()
-	appendBytesTotal.WithLabelValues(w.backend).Add(float64(msg.Size()))
+	w.m.appends.Inc()
+	w.m.bytes.Add(float64(msg.Size()))
 }
 
 // complete finishes an accepted append.
@@ -333,7 +351,7 @@ func (w *walAdaptor) recover(items []*asyncItem) {
 			w.complete(it, 0, fmt.Errorf("wal: append to %q: not retried because a later append was already stored: %w",
 				w.channel, it.err))
 		default:
-			appendRetriesTotal.WithLabelValues(w.backend).Inc()
+			w.m.retries.Inc()
 			w.logger.Debug("retrying failed pipelined append", "error", it.err)
 			if err := w.precheck(it); err != nil {
 				w.complete(it, 0, err)

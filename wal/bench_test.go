@@ -1,0 +1,121 @@
+package wal_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/consumerd/consumerd/internal/natstest"
+	"github.com/consumerd/consumerd/wal"
+	"github.com/consumerd/consumerd/wal/message"
+)
+
+// BenchmarkAppendAsyncJetStream compares wal.WAL.AppendAsync (adaptor over
+// the JetStream backend, term 0) with raw nats.go PublishAsync into a stream
+// on the same embedded server, same message size and count, in one run. It
+// does its whole measurement once, whatever b.N, and prints one BENCH line:
+// rates are messages acknowledged per second (median of alternating rounds).
+func BenchmarkAppendAsyncJetStream(b *testing.B) {
+	if b.N > 1 {
+		b.Skip("measures once; run with -benchtime 1x")
+	}
+	const (
+		msgs   = 40000
+		size   = 128
+		rounds = 3
+	)
+	url := natstest.Start(b)
+	ctx := context.Background()
+	payload := make([]byte, size)
+	for i := range payload {
+		payload[i] = byte('a' + i%26)
+	}
+
+	nc, err := nats.Connect(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := natsjs.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	op := jetstreamOpener(b, url, freshJSPrefix())
+
+	raw := func(round int) float64 {
+		name := fmt.Sprintf("RAW%d", round)
+		if _, err := js.CreateStream(ctx, natsjs.StreamConfig{Name: name, Subjects: []string{"raw" + name + ".>"}}); err != nil {
+			b.Fatal(err)
+		}
+		subj := "raw" + name + ".data"
+		start := time.Now()
+		for i := 0; i < msgs; i++ {
+			for {
+				_, err := js.PublishAsync(subj, payload)
+				if err == nil {
+					break
+				}
+				if err != natsjs.ErrTooManyStalledMsgs {
+					b.Fatal(err)
+				}
+			}
+		}
+		select {
+		case <-js.PublishAsyncComplete():
+		case <-time.After(time.Minute):
+			b.Fatal("raw PublishAsync did not complete")
+		}
+		return msgs / time.Since(start).Seconds()
+	}
+	adaptor := func(round int) float64 {
+		w, err := op.Open(ctx, &wal.OpenOption{Channel: fmt.Sprintf("bench/%04d", round)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer w.Close()
+		var wg sync.WaitGroup
+		wg.Add(msgs)
+		var mu sync.Mutex
+		var firstErr error
+		start := time.Now()
+		for i := 0; i < msgs; i++ {
+			w.AppendAsync(ctx, message.MutableMessage{Payload: payload}, func(_ *wal.AppendResult, err error) {
+				if err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+				}
+				wg.Done()
+			})
+		}
+		wg.Wait()
+		elapsed := time.Since(start)
+		if firstErr != nil {
+			b.Fatal(firstErr)
+		}
+		return msgs / elapsed.Seconds()
+	}
+
+	var rawRates, walRates []float64
+	for r := 0; r < rounds; r++ {
+		rawRates = append(rawRates, raw(r))
+		walRates = append(walRates, adaptor(r))
+	}
+	rawRate, walRate := median(rawRates), median(walRates)
+	fmt.Printf("BENCH wal.append_async backend=jetstream msgs=%d size=%d rate_msg_s=%.0f raw_publish_async_msg_s=%.0f ratio=%.2f\n",
+		msgs, size, walRate, rawRate, walRate/rawRate)
+}
+
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
