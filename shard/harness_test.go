@@ -136,6 +136,12 @@ type node struct {
 
 func (e *env) startNode(id, dir string) *node {
 	e.t.Helper()
+	return e.startNodeApps(id, dir, e.apps)
+}
+
+// startNodeApps starts a node with its own registered apps.
+func (e *env) startNodeApps(id, dir string, apps map[string]shard.App) *node {
+	e.t.Helper()
 	m, err := allocator.NewMember(context.Background(), allocator.Config{
 		Client: e.client, Prefix: e.prefix, Zone: "z", MemberID: id, LeaseTTL: 30 * time.Second,
 		Spec:       allocator.MemberSpec{Endpoint: "http://" + id, ItemLimit: 100},
@@ -151,7 +157,7 @@ func (e *env) startNode(id, dir string) *node {
 	}
 	n := &node{e: e, id: id, dir: dir, member: m, opener: op}
 	n.svc = shard.NewService(shard.Config{
-		Member: m, Opener: op, DataDir: dir, Apps: e.apps,
+		Member: m, Opener: op, DataDir: dir, Apps: apps,
 		TxnMaxMessages: e.txnMax, LagInterval: 20 * time.Millisecond,
 		Logger: e.logger.Named(id),
 	})

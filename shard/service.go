@@ -227,7 +227,13 @@ func (s *Service) startLocked(ctx context.Context, a allocator.Assignment, raw [
 	if a.Slot == 0 {
 		r.promoteCh <- struct{}{}
 	}
-	spec, err := decodeSpec(a.Item, raw)
+	var spec *Spec
+	var err error
+	if len(raw) == 0 {
+		err = fmt.Errorf("shard spec %q: missing from the member's view of etcd (deleted, or skipped as undecodable)", a.Item)
+	} else {
+		spec, err = decodeSpec(a.Item, raw)
+	}
 	if err == nil {
 		app, ok := s.cfg.Apps[spec.App]
 		if !ok {
