@@ -56,7 +56,11 @@ func DeliverStartFrom(id message.MessageID) DeliverPolicy {
 	return DeliverPolicy{Kind: DeliverKindStartFrom, ID: id}
 }
 
-// DeliverStartAfter starts after id, exclusive. DeliverStartAfter(0) is DeliverAll.
+// DeliverStartAfter starts after id, exclusive. DeliverStartAfter(0) (like
+// DeliverStartFrom(0)) starts at id 1: the same as DeliverAll on a channel
+// never truncated, but on a truncated channel it fails with ErrTruncated
+// (the caller asked for messages that are gone), where DeliverAll starts at
+// the first retained message.
 func DeliverStartAfter(id message.MessageID) DeliverPolicy {
 	return DeliverPolicy{Kind: DeliverKindStartAfter, ID: id}
 }

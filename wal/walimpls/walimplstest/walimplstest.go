@@ -494,6 +494,9 @@ func testTruncate(t *testing.T, b walimpls.OpenerBuilderImpls) {
 	expectTruncated(t, ctx, w, walimpls.DeliverStartFrom(all[0]))
 	expectTruncated(t, ctx, w, walimpls.DeliverStartFrom(all[4]))
 	expectTruncated(t, ctx, w, walimpls.DeliverStartAfter(all[3]))
+	// Positions 0 ask for everything from the start, which is gone.
+	expectTruncated(t, ctx, w, walimpls.DeliverStartAfter(0))
+	expectTruncated(t, ctx, w, walimpls.DeliverStartFrom(0))
 	// DeliverAll starts at the truncation point.
 	if got := ids(receive(t, read(t, ctx, w, walimpls.DeliverAll()), 5)); !equalIDs(got, all[5:]) {
 		t.Fatalf("DeliverAll after Truncate(%d): ids %v, want %v", all[5], got, all[5:])
