@@ -11,6 +11,7 @@ import (
 	"github.com/consumerd/consumerd/examples/wordcount"
 	"github.com/consumerd/consumerd/recoverylog"
 	"github.com/consumerd/consumerd/shard"
+	"github.com/consumerd/consumerd/shard/shardtest"
 	"github.com/consumerd/consumerd/topic"
 	"github.com/consumerd/consumerd/wal/message"
 	"github.com/consumerd/consumerd/wal/walimpls/memory"
@@ -60,14 +61,14 @@ func runCrash(t *testing.T, stage string, k int, sameDir bool) {
 	cp := newCrashPoint(k)
 	var armed atomic.Bool
 	armed.Store(true)
-	app := hookedApp(wordcount.Name, func(s shard.Shard, env topic.Envelope) error {
+	app := shardtest.HookedApp(wordcount.Name, func(s shard.Shard, env topic.Envelope) error {
 		if stage == "mid-consume" && armed.Load() && cp.hit() {
 			<-s.Context().Done() // "dies" here: the node is killed under it
 			return s.Context().Err()
 		}
 		return nil
 	})
-	spec := wcSpec("wc-0", 0, 0)
+	spec := shardtest.WordcountSpec("wc-0", 0, 0)
 	recovery := recoverylog.Channel(spec.ID)
 	var recoveryLast func() message.MessageID
 	mem.SetAppendHook(func(ch string, msg *message.MutableMessage, st memory.Stage) error {
@@ -86,37 +87,37 @@ func runCrash(t *testing.T, stage string, k int, sameDir bool) {
 		}
 		return nil
 	})
-	e := newEnv(t, mem, app)
-	recoveryLast = func() message.MessageID { return e.lastID(recovery) }
-	e.putSpec(spec)
-	lines := corpus(k, 60)
-	e.publish(0, lines[:40]...)
+	e := shardtest.NewCluster(t, mem, app)
+	recoveryLast = func() message.MessageID { return e.LastID(recovery) }
+	e.PutSpec(spec)
+	lines := shardtest.Corpus(k, 60)
+	e.Publish(0, lines[:40]...)
 
 	dir1 := t.TempDir()
-	a := e.startNode("a", dir1)
-	e.assign(a, spec.ID, 0)
+	a := e.StartNode("a", dir1)
+	e.Assign(a, spec.ID, 0)
 	<-cp.crashed
 	if stage == "after-apply" {
 		want := recoveryLast()
-		eventually(t, "crash-point txn applied", func() (bool, string) {
-			st := a.svc.Status()
+		shardtest.Eventually(t, "crash-point txn applied", func() (bool, string) {
+			st := a.Service.Status()
 			return len(st) == 1 && st[0].Applied >= want, fmt.Sprintf("status %+v, want applied >= %d", st, want)
 		})
 	}
 	armed.Store(false)
-	a.halt()
+	a.Halt()
 	close(cp.release)
-	a.wait()
+	a.Wait()
 
 	dir2 := dir1
 	if !sameDir {
 		dir2 = t.TempDir()
 	}
-	e.publish(0, lines[40:]...)
-	b := e.startNode("b", dir2)
-	e.assign(b, spec.ID, 0)
-	e.waitState(b, spec.ID, 0, allocator.StatePrimary)
-	if d := diffCounts(e.counts(b, spec), wordcount.Count(lines)); d != "" {
+	e.Publish(0, lines[40:]...)
+	b := e.StartNode("b", dir2)
+	e.Assign(b, spec.ID, 0)
+	e.WaitState(b, spec.ID, 0, allocator.StatePrimary)
+	if d := shardtest.DiffCounts(e.Counts(b, spec), wordcount.Count(lines)); d != "" {
 		t.Fatalf("counts differ from the crash-free oracle: %s", d)
 	}
 }

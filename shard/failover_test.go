@@ -13,6 +13,7 @@ import (
 	"github.com/consumerd/consumerd/examples/wordcount"
 	"github.com/consumerd/consumerd/recoverylog"
 	"github.com/consumerd/consumerd/shard"
+	"github.com/consumerd/consumerd/shard/shardtest"
 	"github.com/consumerd/consumerd/topic"
 	"github.com/consumerd/consumerd/wal/walimpls/memory"
 )
@@ -21,24 +22,24 @@ import (
 // recovery log, equals the primary's at the same position (every key,
 // including offsets and the position itself).
 func TestStandbyReplayEquivalence(t *testing.T) {
-	e := newEnv(t, memory.NewBuilder(), wordcount.App())
-	spec := wcSpec("wc-0", 0, 1)
-	e.putSpec(spec)
-	lines := corpus(5, 80)
-	e.publish(0, lines[:30]...)
+	e := shardtest.NewCluster(t, memory.NewBuilder(), wordcount.App())
+	spec := shardtest.WordcountSpec("wc-0", 0, 1)
+	e.PutSpec(spec)
+	lines := shardtest.Corpus(5, 80)
+	e.Publish(0, lines[:30]...)
 	dirA, dirB := t.TempDir(), t.TempDir()
-	a := e.startNode("a", dirA)
-	b := e.startNode("b", dirB)
-	e.assign(a, spec.ID, 0)
-	e.assign(b, spec.ID, 1)
-	e.waitState(b, spec.ID, 1, allocator.StateStandby)
-	e.publish(0, lines[30:]...)
-	if d := diffCounts(e.counts(a, spec), wordcount.Count(lines)); d != "" {
+	a := e.StartNode("a", dirA)
+	b := e.StartNode("b", dirB)
+	e.Assign(a, spec.ID, 0)
+	e.Assign(b, spec.ID, 1)
+	e.WaitState(b, spec.ID, 1, allocator.StateStandby)
+	e.Publish(0, lines[30:]...)
+	if d := shardtest.DiffCounts(e.Counts(a, spec), wordcount.Count(lines)); d != "" {
 		t.Fatalf("primary counts: %s", d)
 	}
 	var applied int64
-	eventually(t, "standby at the primary's position", func() (bool, string) {
-		sa, sb := a.svc.Status(), b.svc.Status()
+	shardtest.Eventually(t, "standby at the primary's position", func() (bool, string) {
+		sa, sb := a.Service.Status(), b.Service.Status()
 		if len(sa) != 1 || len(sb) != 1 {
 			return false, "missing replica"
 		}
@@ -49,10 +50,10 @@ func TestStandbyReplayEquivalence(t *testing.T) {
 	if applied == 0 {
 		t.Fatal("nothing applied")
 	}
-	b.kill()
-	a.kill()
-	da := dumpDB(t, filepath.Join(dirA, "shards", spec.ID))
-	db := dumpDB(t, filepath.Join(dirB, "shards", spec.ID))
+	b.Kill()
+	a.Kill()
+	da := shardtest.DumpDB(t, filepath.Join(dirA, "shards", spec.ID))
+	db := shardtest.DumpDB(t, filepath.Join(dirB, "shards", spec.ID))
 	if _, ok := da[string(recoverylog.PositionKey)]; !ok {
 		t.Fatal("primary DB has no position")
 	}
@@ -64,35 +65,35 @@ func TestStandbyReplayEquivalence(t *testing.T) {
 // TestStandbyPromotionLosesNothing kills a primary while messages flow and
 // promotes the hot standby in place: the final counts are exact.
 func TestStandbyPromotionLosesNothing(t *testing.T) {
-	e := newEnv(t, memory.NewBuilder(), wordcount.App())
-	spec := wcSpec("wc-0", 0, 1)
-	e.putSpec(spec)
-	lines := corpus(6, 120)
-	e.publish(0, lines[:40]...)
-	a := e.startNode("a", t.TempDir())
-	b := e.startNode("b", t.TempDir())
-	e.assign(a, spec.ID, 0)
-	e.assign(b, spec.ID, 1)
-	e.waitState(a, spec.ID, 0, allocator.StatePrimary)
-	e.waitState(b, spec.ID, 1, allocator.StateStandby)
+	e := shardtest.NewCluster(t, memory.NewBuilder(), wordcount.App())
+	spec := shardtest.WordcountSpec("wc-0", 0, 1)
+	e.PutSpec(spec)
+	lines := shardtest.Corpus(6, 120)
+	e.Publish(0, lines[:40]...)
+	a := e.StartNode("a", t.TempDir())
+	b := e.StartNode("b", t.TempDir())
+	e.Assign(a, spec.ID, 0)
+	e.Assign(b, spec.ID, 1)
+	e.WaitState(a, spec.ID, 0, allocator.StatePrimary)
+	e.WaitState(b, spec.ID, 1, allocator.StateStandby)
 
 	// Publish while the primary consumes, and kill it midway.
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		e.publish(0, lines[40:80]...)
+		e.Publish(0, lines[40:80]...)
 	}()
-	eventually(t, "primary consuming", func() (bool, string) {
-		st := a.svc.Status()
+	shardtest.Eventually(t, "primary consuming", func() (bool, string) {
+		st := a.Service.Status()
 		return len(st) == 1 && st[0].Applied > 0, "nothing applied yet"
 	})
-	a.kill()
+	a.Kill()
 	wg.Wait()
-	e.promote(b, spec.ID, 1)
-	e.waitState(b, spec.ID, 0, allocator.StatePrimary)
-	e.publish(0, lines[80:]...)
-	if d := diffCounts(e.counts(b, spec), wordcount.Count(lines)); d != "" {
+	e.Promote(b, spec.ID, 1)
+	e.WaitState(b, spec.ID, 0, allocator.StatePrimary)
+	e.Publish(0, lines[80:]...)
+	if d := shardtest.DiffCounts(e.Counts(b, spec), wordcount.Count(lines)); d != "" {
 		t.Fatalf("counts after promotion: %s", d)
 	}
 }
@@ -103,39 +104,39 @@ func TestStandbyPromotionLosesNothing(t *testing.T) {
 func TestZombiePrimaryIsFenced(t *testing.T) {
 	gate, held := make(chan struct{}), make(chan struct{})
 	var n atomic.Int64
-	zombieApp := hookedApp(wordcount.Name, func(s shard.Shard, env topic.Envelope) error {
+	zombieApp := shardtest.HookedApp(wordcount.Name, func(s shard.Shard, env topic.Envelope) error {
 		if n.Add(1) == 23 { // stall inside a transaction, after some commits
 			close(held)
 			<-gate
 		}
 		return nil
 	})
-	e := newEnv(t, memory.NewBuilder(), wordcount.App())
-	spec := wcSpec("wc-0", 0, 0)
-	e.putSpec(spec)
-	lines := corpus(7, 60)
-	e.publish(0, lines[:40]...)
-	a := e.startNodeApps("a", t.TempDir(), map[string]shard.App{wordcount.Name: zombieApp})
-	e.assign(a, spec.ID, 0)
+	e := shardtest.NewCluster(t, memory.NewBuilder(), wordcount.App())
+	spec := shardtest.WordcountSpec("wc-0", 0, 0)
+	e.PutSpec(spec)
+	lines := shardtest.Corpus(7, 60)
+	e.Publish(0, lines[:40]...)
+	a := e.StartNodeApps("a", t.TempDir(), map[string]shard.App{wordcount.Name: zombieApp})
+	e.Assign(a, spec.ID, 0)
 	<-held
 
-	b := e.startNode("b", t.TempDir())
-	e.assign(b, spec.ID, 0) // a newer slot-0 key: a higher term
-	e.waitState(b, spec.ID, 0, allocator.StatePrimary)
-	if d := diffCounts(e.counts(b, spec), wordcount.Count(lines[:40])); d != "" {
+	b := e.StartNode("b", t.TempDir())
+	e.Assign(b, spec.ID, 0) // a newer slot-0 key: a higher term
+	e.WaitState(b, spec.ID, 0, allocator.StatePrimary)
+	if d := shardtest.DiffCounts(e.Counts(b, spec), wordcount.Count(lines[:40])); d != "" {
 		t.Fatalf("new primary: %s", d)
 	}
 
 	close(gate) // the zombie wakes up and tries to commit
-	st := e.waitState(a, spec.ID, 0, allocator.StateFailed)
+	st := e.WaitState(a, spec.ID, 0, allocator.StateFailed)
 	if !strings.Contains(st.Error, "fenced") {
 		t.Fatalf("zombie failed with %q, want a fencing error", st.Error)
 	}
-	if got := a.svc.Status(); len(got) != 1 || got[0].State != allocator.StateFailed {
+	if got := a.Service.Status(); len(got) != 1 || got[0].State != allocator.StateFailed {
 		t.Fatalf("zombie status %+v", got)
 	}
-	e.publish(0, lines[40:]...)
-	if d := diffCounts(e.counts(b, spec), wordcount.Count(lines)); d != "" {
+	e.Publish(0, lines[40:]...)
+	if d := shardtest.DiffCounts(e.Counts(b, spec), wordcount.Count(lines)); d != "" {
 		t.Fatalf("new primary after the zombie's attempt: %s", d)
 	}
 }

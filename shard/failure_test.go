@@ -10,6 +10,7 @@ import (
 	"github.com/consumerd/consumerd/allocator"
 	"github.com/consumerd/consumerd/examples/wordcount"
 	"github.com/consumerd/consumerd/shard"
+	"github.com/consumerd/consumerd/shard/shardtest"
 	"github.com/consumerd/consumerd/topic"
 	"github.com/consumerd/consumerd/wal/walimpls/memory"
 )
@@ -19,33 +20,33 @@ import (
 // replica in FAILED with the error text in etcd, while a healthy shard on
 // the same member keeps consuming.
 func TestFailuresAreIsolated(t *testing.T) {
-	failing := hookedApp("failing", func(s shard.Shard, env topic.Envelope) error {
+	failing := shardtest.HookedApp("failing", func(s shard.Shard, env topic.Envelope) error {
 		if string(env.Message.Payload) == "FAIL" {
 			return errors.New("cannot count FAIL")
 		}
 		return nil
 	})
-	panicking := hookedApp("panicking", func(s shard.Shard, env topic.Envelope) error {
+	panicking := shardtest.HookedApp("panicking", func(s shard.Shard, env topic.Envelope) error {
 		if string(env.Message.Payload) == "PANIC" {
 			panic("app bug on PANIC")
 		}
 		return nil
 	})
-	e := newEnv(t, memory.NewBuilder(), wordcount.App(), failing, panicking)
-	good := wcSpec("good", 0, 0)
+	e := shardtest.NewCluster(t, memory.NewBuilder(), wordcount.App(), failing, panicking)
+	good := shardtest.WordcountSpec("good", 0, 0)
 	bad := &shard.Spec{ID: "bad", App: "failing", Sources: []shard.Source{{Topic: wordcount.InputTopic, Partition: 1}}}
 	pan := &shard.Spec{ID: "pan", App: "panicking", Sources: []shard.Source{{Topic: wordcount.InputTopic, Partition: 2}}}
-	dbf := wcSpec("dbfail", 3, 0)
+	dbf := shardtest.WordcountSpec("dbfail", 3, 0)
 	unknown := &shard.Spec{ID: "unknown", App: "nope", Sources: []shard.Source{{Topic: wordcount.InputTopic, Partition: 4}}}
 	for _, s := range []*shard.Spec{good, bad, pan, dbf, unknown} {
-		e.putSpec(s)
+		e.PutSpec(s)
 	}
-	e.putRawSpec("malformed", `{"id":"malformed","app":"wordcount","sources":[{"topic":"words","partition":5}],"max_txn_duration":"soon"}`)
+	e.PutRawSpec("malformed", `{"id":"malformed","app":"wordcount","sources":[{"topic":"words","partition":5}],"max_txn_duration":"soon"}`)
 
-	lines := corpus(9, 30)
-	e.publish(0, lines[:10]...)
-	e.publish(1, "ok line", "FAIL", "after")
-	e.publish(2, "ok line", "PANIC")
+	lines := shardtest.Corpus(9, 30)
+	e.Publish(0, lines[:10]...)
+	e.Publish(1, "ok line", "FAIL", "after")
+	e.Publish(2, "ok line", "PANIC")
 
 	dir := t.TempDir()
 	// A file where the shard's DB directory should be.
@@ -55,9 +56,9 @@ func TestFailuresAreIsolated(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "shards", "dbfail"), []byte("not a db"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	n := e.startNode("n", dir)
+	n := e.StartNode("n", dir)
 	for _, id := range []string{"good", "bad", "pan", "dbfail", "unknown", "malformed"} {
-		e.assign(n, id, 0)
+		e.Assign(n, id, 0)
 	}
 	for id, want := range map[string]string{
 		"bad":       "cannot count FAIL",
@@ -66,7 +67,7 @@ func TestFailuresAreIsolated(t *testing.T) {
 		"unknown":   `unknown app "nope"`,
 		"malformed": `shard spec "malformed"`,
 	} {
-		st := e.waitState(n, id, 0, allocator.StateFailed)
+		st := e.WaitState(n, id, 0, allocator.StateFailed)
 		if !strings.Contains(st.Error, want) {
 			t.Errorf("%s failed with %q, want it to contain %q", id, st.Error, want)
 		}
@@ -75,20 +76,20 @@ func TestFailuresAreIsolated(t *testing.T) {
 		}
 	}
 	// The healthy shard keeps going after its neighbours failed.
-	e.publish(0, lines[10:]...)
-	if d := diffCounts(e.counts(n, good), wordcount.Count(lines)); d != "" {
+	e.Publish(0, lines[10:]...)
+	if d := shardtest.DiffCounts(e.Counts(n, good), wordcount.Count(lines)); d != "" {
 		t.Fatalf("healthy shard: %s", d)
 	}
 	var failed int
-	for _, ri := range n.svc.Status() {
+	for _, ri := range n.Service.Status() {
 		if ri.State == allocator.StateFailed {
 			failed++
 		}
 	}
 	if failed != 5 {
-		t.Fatalf("want 5 failed replicas, status %+v", n.svc.Status())
+		t.Fatalf("want 5 failed replicas, status %+v", n.Service.Status())
 	}
-	if _, _, ok := n.svc.Primary("bad"); ok {
+	if _, _, ok := n.Service.Primary("bad"); ok {
 		t.Fatal("a failed shard still serves queries")
 	}
 }

@@ -6,46 +6,47 @@ import (
 
 	"github.com/consumerd/consumerd/allocator"
 	"github.com/consumerd/consumerd/examples/wordcount"
+	"github.com/consumerd/consumerd/shard/shardtest"
 	"github.com/consumerd/consumerd/wal/walimpls/memory"
 )
 
 // TestPrimaryCountsAndRestartsFromLocalDB runs a primary, restarts it on the
 // same data dir (reusing the local DB) and checks exact counts throughout.
 func TestPrimaryCountsAndRestartsFromLocalDB(t *testing.T) {
-	e := newEnv(t, memory.NewBuilder(), wordcount.App())
-	spec := wcSpec("wc-0", 0, 0)
-	e.putSpec(spec)
-	lines := corpus(1, 40)
-	e.publish(0, lines[:20]...)
+	e := shardtest.NewCluster(t, memory.NewBuilder(), wordcount.App())
+	spec := shardtest.WordcountSpec("wc-0", 0, 0)
+	e.PutSpec(spec)
+	lines := shardtest.Corpus(1, 40)
+	e.Publish(0, lines[:20]...)
 
 	dir := t.TempDir()
-	a := e.startNode("a", dir)
-	e.assign(a, spec.ID, 0)
-	e.waitState(a, spec.ID, 0, allocator.StatePrimary)
-	if d := diffCounts(e.counts(a, spec), wordcount.Count(lines[:20])); d != "" {
+	a := e.StartNode("a", dir)
+	e.Assign(a, spec.ID, 0)
+	e.WaitState(a, spec.ID, 0, allocator.StatePrimary)
+	if d := shardtest.DiffCounts(e.Counts(a, spec), wordcount.Count(lines[:20])); d != "" {
 		t.Fatalf("first run: %s", d)
 	}
-	e.publish(0, lines[20:30]...)
-	if d := diffCounts(e.counts(a, spec), wordcount.Count(lines[:30])); d != "" {
+	e.Publish(0, lines[20:30]...)
+	if d := shardtest.DiffCounts(e.Counts(a, spec), wordcount.Count(lines[:30])); d != "" {
 		t.Fatalf("live: %s", d)
 	}
-	st := a.svc.Status()
+	st := a.Service.Status()
 	if len(st) != 1 || st[0].Shard != spec.ID || st[0].State != allocator.StatePrimary || st[0].Applied == 0 {
 		t.Fatalf("status %+v", st)
 	}
-	a.kill()
-	if !exists(filepath.Join(dir, "shards", spec.ID, "CURRENT")) {
+	a.Kill()
+	if !shardtest.Exists(filepath.Join(dir, "shards", spec.ID, "CURRENT")) {
 		t.Fatal("local DB was not kept")
 	}
 
-	e.publish(0, lines[30:]...)
-	b := e.startNode("b", dir)
-	e.assign(b, spec.ID, 0)
-	if d := diffCounts(e.counts(b, spec), wordcount.Count(lines)); d != "" {
+	e.Publish(0, lines[30:]...)
+	b := e.StartNode("b", dir)
+	e.Assign(b, spec.ID, 0)
+	if d := shardtest.DiffCounts(e.Counts(b, spec), wordcount.Count(lines)); d != "" {
 		t.Fatalf("after restart: %s", d)
 	}
-	eventually(t, "lag reported as zero", func() (bool, string) {
-		st := b.svc.Status()
+	shardtest.Eventually(t, "lag reported as zero", func() (bool, string) {
+		st := b.Service.Status()
 		if len(st) != 1 {
 			return false, "no replica"
 		}
