@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -40,6 +41,9 @@ type Config struct {
 type Server struct {
 	etcd      *embed.Etcd
 	endpoints []string
+	// closing silences the logger during Close: etcd reports its own
+	// listeners closing as errors ("use of closed network connection").
+	closing *atomic.Bool
 }
 
 // Start starts an embedded etcd server and waits until it serves clients.
@@ -78,7 +82,8 @@ func Start(cfg Config) (*Server, error) {
 	ec.AdvertisePeerUrls = []url.URL{*purl}
 	ec.InitialCluster = ec.InitialClusterFromName(name)
 	ec.LogLevel = "warn"
-	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(newHclogCore(cfg.Logger)))
+	closing := new(atomic.Bool)
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(newHclogCore(cfg.Logger, closing)))
 	ec.UnsafeNoFsync = cfg.UnsafeNoFsync
 	// NewConfig leaves this zero, which makes etcd log every request as
 	// "expensive" at warn level; use etcd's own default (300ms).
@@ -103,7 +108,7 @@ func Start(cfg Config) (*Server, error) {
 		e.Close()
 		return nil, fmt.Errorf("embedded etcd: not ready on %s within %s", cfg.ClientURL, timeout)
 	}
-	return &Server{etcd: e, endpoints: []string{curl.String()}}, nil
+	return &Server{etcd: e, endpoints: []string{curl.String()}, closing: closing}, nil
 }
 
 func parseURL(what, s string) (*url.URL, error) {
@@ -132,27 +137,29 @@ func (s *Server) Err() <-chan error { return s.etcd.Err() }
 // Close stops the server and waits for it to release its ports and files.
 // It is safe to call more than once.
 func (s *Server) Close() {
+	s.closing.Store(true)
 	s.etcd.Close()
 	<-s.etcd.Server.StopNotify()
 }
 
 // hclogCore is a zapcore.Core writing warnings and errors to an hclog.Logger.
 type hclogCore struct {
-	log    hclog.Logger
-	fields []zapcore.Field
+	log     hclog.Logger
+	fields  []zapcore.Field
+	closing *atomic.Bool
 }
 
-func newHclogCore(l hclog.Logger) zapcore.Core {
+func newHclogCore(l hclog.Logger, closing *atomic.Bool) zapcore.Core {
 	if l == nil {
 		return zapcore.NewNopCore()
 	}
-	return &hclogCore{log: l.Named("etcd")}
+	return &hclogCore{log: l.Named("etcd"), closing: closing}
 }
 
 func (c *hclogCore) Enabled(l zapcore.Level) bool { return l >= zapcore.WarnLevel }
 
 func (c *hclogCore) With(fs []zapcore.Field) zapcore.Core {
-	return &hclogCore{log: c.log, fields: append(append([]zapcore.Field(nil), c.fields...), fs...)}
+	return &hclogCore{log: c.log, fields: append(append([]zapcore.Field(nil), c.fields...), fs...), closing: c.closing}
 }
 
 func (c *hclogCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
@@ -163,6 +170,9 @@ func (c *hclogCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.Ch
 }
 
 func (c *hclogCore) Write(e zapcore.Entry, fs []zapcore.Field) error {
+	if c.closing.Load() {
+		return nil
+	}
 	enc := zapcore.NewMapObjectEncoder()
 	for _, f := range c.fields {
 		f.AddTo(enc)
