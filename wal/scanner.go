@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/consumerd/consumerd/wal/message"
 	"github.com/consumerd/consumerd/wal/walimpls"
 )
@@ -37,6 +39,10 @@ type scanner struct {
 	reason   stopReason
 	err      error
 	stopOnce sync.Once
+	// Per-backend counters, resolved once (WithLabelValues hashes the labels
+	// on every call, which shows on the per-message path).
+	delivered prometheus.Counter
+	filtered  prometheus.Counter
 }
 
 // Read opens a scanner. The scanner runs until Close, until ctx ends (Error
@@ -59,9 +65,11 @@ func (w *walAdaptor) Read(ctx context.Context, opts ReadOption) (Scanner, error)
 	s := &scanner{
 		w: w, name: opts.VChannel, impl: impl, filters: opts.MessageFilter,
 		handler: opts.MesasgeHandler, ctx: sctx, cancel: cancel, parent: ctx, done: make(chan struct{}),
+		delivered: scannerMessagesTotal.WithLabelValues(w.backend),
+		filtered:  scannerFilteredTotal.WithLabelValues(w.backend),
 	}
 	if s.handler == nil {
-		s.out = make(ChanMessageHandler)
+		s.out = make(ChanMessageHandler, 128)
 		s.handler = s.out
 	}
 	w.mu.Lock()
@@ -160,7 +168,7 @@ func (s *scanner) loop() error {
 		}
 		res := s.handler.Handle(p)
 		if res.MessageHandled && pending != nil {
-			scannerMessagesTotal.WithLabelValues(s.w.backend).Inc()
+			s.delivered.Inc()
 			pending = nil
 		}
 		if res.Incoming != nil {
@@ -170,7 +178,7 @@ func (s *scanner) loop() error {
 			if s.keep(res.Incoming) {
 				pending = res.Incoming
 			} else {
-				scannerFilteredTotal.WithLabelValues(s.w.backend).Inc()
+				s.filtered.Inc()
 			}
 		}
 		if res.Error != nil {
