@@ -1,12 +1,22 @@
 package shard_test
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/consumerd/consumerd/allocator"
 	"github.com/consumerd/consumerd/examples/wordcount"
+	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/shard/shardtest"
+	"github.com/consumerd/consumerd/topic"
+	"github.com/consumerd/consumerd/wal/message"
 	"github.com/consumerd/consumerd/wal/walimpls/memory"
 )
 
@@ -53,4 +63,131 @@ func TestPrimaryCountsAndRestartsFromLocalDB(t *testing.T) {
 		lag, ok := st[0].Lag["words/0000"]
 		return ok && lag == 0, "lag not zero"
 	})
+}
+
+// directCounter counts tokens without a cache: each Consume reads the
+// current count with Get and writes the new one to the transaction, so
+// counts are right only if Get sees the open transaction and the
+// transactions still committing.
+type directCounter struct{}
+
+func (directCounter) Topics() []string { return []string{wordcount.InputTopic} }
+
+func (directCounter) Consume(s shard.Shard, env topic.Envelope, _ *topic.Publisher) error {
+	for _, tok := range strings.Fields(string(env.Message.Payload)) {
+		key := []byte(wordcount.KeyPrefix + tok)
+		v, err := s.Get(key)
+		if err != nil {
+			return err
+		}
+		n := int64(0)
+		if v != nil {
+			if n, err = strconv.ParseInt(string(v), 10, 64); err != nil {
+				return err
+			}
+		}
+		s.Transaction().Put(key, []byte(strconv.FormatInt(n+1, 10)))
+	}
+	return nil
+}
+
+func (directCounter) Flush(shard.Shard, *topic.Publisher) error { return nil }
+
+// TestGetReadsThroughPendingTransactions: with slow recovery-log appends,
+// the next transaction consumes while the previous commit is in flight;
+// an app that reads its own state with Get must still count exactly.
+func TestGetReadsThroughPendingTransactions(t *testing.T) {
+	mem := memory.NewBuilder()
+	var inflightSeen atomic.Int64
+	mem.SetAppendHook(func(ch string, msg *message.MutableMessage, st memory.Stage) error {
+		if strings.HasPrefix(ch, "recovery/") && st == memory.BeforeStore && msg.Properties["recoverylog"] == "txn" {
+			time.Sleep(3 * time.Millisecond) // a slow log: commits stay in flight
+			inflightSeen.Add(1)
+		}
+		return nil
+	})
+	app := wordcount.App()
+	app.Name = "direct"
+	app.NewConsumer = func() shard.Consumer { return directCounter{} }
+	e := shardtest.NewCluster(t, mem, app)
+	e.TxnMaxMessages = 3
+	spec := &shard.Spec{ID: "direct-0", App: "direct", Sources: []shard.Source{{Topic: wordcount.InputTopic, Partition: 0}}}
+	e.PutSpec(spec)
+	lines := shardtest.Corpus(11, 150)
+	n := e.StartNode("n", t.TempDir())
+	e.Assign(n, spec.ID, 0)
+	e.WaitState(n, spec.ID, 0, allocator.StatePrimary)
+	e.Publish(0, lines...)
+	if d := shardtest.DiffCounts(e.Counts(n, spec), wordcount.Count(lines)); d != "" {
+		t.Fatalf("counts through Get: %s", d)
+	}
+	if inflightSeen.Load() < 10 {
+		t.Fatalf("only %d transactions committed; the test needs many", inflightSeen.Load())
+	}
+}
+
+// TestLeaseLossHaltsEverything: when the member's lease is revoked behind
+// its back, Service.Run halts every replica and returns ErrLeaseLost.
+func TestLeaseLossHaltsEverything(t *testing.T) {
+	e := shardtest.NewCluster(t, memory.NewBuilder(), wordcount.App())
+	for i := 0; i < 2; i++ {
+		e.PutSpec(shardtest.WordcountSpec(fmt.Sprintf("wc-%d", i), i, 0))
+	}
+	n := e.StartNode("n", t.TempDir())
+	for i := 0; i < 2; i++ {
+		e.Assign(n, fmt.Sprintf("wc-%d", i), 0)
+		e.WaitState(n, fmt.Sprintf("wc-%d", i), 0, allocator.StatePrimary)
+	}
+	if _, err := e.Client.Revoke(context.Background(), n.Member.LeaseID()); err != nil {
+		t.Fatal(err)
+	}
+	shardtest.Eventually(t, "service stopped", func() (bool, string) {
+		return len(n.Service.Status()) == 0, fmt.Sprintf("status %+v", n.Service.Status())
+	})
+	n.Halt()
+	n.Wait()
+	if !errors.Is(n.RunErr(), shard.ErrLeaseLost) {
+		t.Fatalf("Run returned %v, want ErrLeaseLost", n.RunErr())
+	}
+	if _, _, ok := n.Service.Primary("wc-0"); ok {
+		t.Fatal("a primary still serves after the lease was lost")
+	}
+}
+
+// TestFailedReplicaRestartsOnNewAssignment: a FAILED replica stays failed
+// until its assignment is replaced (as `shards unassign --failed` then a
+// new assignment do); the new attempt resumes from the committed state.
+func TestFailedReplicaRestartsOnNewAssignment(t *testing.T) {
+	var fail atomic.Bool
+	fail.Store(true)
+	app := shardtest.HookedApp(wordcount.Name, func(s shard.Shard, env topic.Envelope) error {
+		if fail.Load() && string(env.Message.Payload) == "boom" {
+			return errors.New("transient app failure")
+		}
+		return nil
+	})
+	e := shardtest.NewCluster(t, memory.NewBuilder(), app)
+	spec := shardtest.WordcountSpec("wc-0", 0, 0)
+	e.PutSpec(spec)
+	lines := append(shardtest.Corpus(3, 20), "boom")
+	e.Publish(0, lines...)
+	n := e.StartNode("n", t.TempDir())
+	e.Assign(n, spec.ID, 0)
+	st := e.WaitState(n, spec.ID, 0, allocator.StateFailed)
+	if !strings.Contains(st.Error, "transient app failure") {
+		t.Fatalf("error %q", st.Error)
+	}
+	fail.Store(false)
+	// Unassign, then assign again: a new key.
+	a := allocator.Assignment{Item: spec.ID, Zone: "z", Member: "n", Slot: 0}
+	if _, err := e.Client.Delete(context.Background(), allocator.AssignmentKey(e.Prefix, a)); err != nil {
+		t.Fatal(err)
+	}
+	shardtest.Eventually(t, "failed replica dropped", func() (bool, string) {
+		return len(n.Service.Status()) == 0, fmt.Sprintf("%+v", n.Service.Status())
+	})
+	e.Assign(n, spec.ID, 0)
+	if d := shardtest.DiffCounts(e.Counts(n, spec), wordcount.Count(lines)); d != "" {
+		t.Fatalf("after restart: %s", d)
+	}
 }
