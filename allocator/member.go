@@ -8,6 +8,7 @@ import (
 	"math"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -67,6 +68,10 @@ type Member struct {
 	kaDone    chan struct{}
 	closeOnce sync.Once
 	closeErr  error
+
+	// idleRev is the mirror revision at which this member, as leader, last
+	// found nothing to converge (tests wait on it).
+	idleRev atomic.Int64
 
 	mu        sync.Mutex
 	spec      MemberSpec
@@ -384,6 +389,9 @@ func (m *Member) Run(ctx context.Context) error {
 			leaderGauge.Set(1)
 			var err error
 			again, err = conv.round(ctx, snap)
+			if err == nil && !again {
+				m.idleRev.Store(snap.Revision)
+			}
 			if err != nil && ctx.Err() == nil {
 				m.log.Warn("converge round failed", "error", err)
 				select {

@@ -96,6 +96,7 @@ func Solve(members []SchedMember, items []SchedItem) *Solution {
 		if round > 0 && len(short) > 0 {
 			before := s.placed
 			short = s.fill(short)
+			short = s.augment(short)
 			n += s.placed - before
 		}
 		if n+s.spread()+s.balance() == 0 && round > 0 {
@@ -461,6 +462,89 @@ func (s *solver) fill(only []int32) (short []int32) {
 		}
 	}
 	return short
+}
+
+// augment places replicas of short items that fill could not place because
+// every member with room already holds the item: it moves another item j
+// from a member b (not holding i) to a member a with room, then places i on
+// b — a one-step augmenting path. Work is bounded by a budget.
+func (s *solver) augment(short []int32) (still []int32) {
+	budget := 4_000_000
+	var room []int32
+	for _, i32 := range short {
+		i := int(i32)
+		for s.cnt[i] < s.want[i] && budget > 0 && s.augmentOne(i, &room, &budget) {
+		}
+		if s.cnt[i] < s.want[i] {
+			still = append(still, i32)
+		}
+	}
+	return still
+}
+
+func (s *solver) augmentOne(i int, room *[]int32, budget *int) bool {
+	*room = (*room)[:0]
+	for _, h := range s.recv {
+		*room = append(*room, h.h...)
+	}
+	if len(*room) == 0 {
+		return false
+	}
+	for pass := 0; pass < 2; pass++ {
+		if s.augmentPass(i, *room, budget, pass == 1) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *solver) augmentPass(i int, room []int32, budget *int, primaries bool) bool {
+	for _, a := range room {
+		za := s.zoneOf[a]
+		for b := range s.members {
+			b32 := int32(b)
+			if !s.active[b] || b32 == a || s.holds(i, b32) {
+				continue
+			}
+			list := s.memItems[b]
+			for idx := 0; idx < len(list); idx++ {
+				*budget--
+				if *budget <= 0 {
+					return false
+				}
+				j := int(list[idx])
+				if j == i || s.holds(j, a) {
+					continue
+				}
+				k := int32(-1)
+				for kk, m := range s.entries(j) {
+					if m == b32 {
+						k = int32(kk)
+					}
+				}
+				if k < 0 || s.flags[s.off[j]+k]&flagPinned != 0 {
+					continue
+				}
+				if isP := s.flags[s.off[j]+k]&flagPrimary != 0; isP != primaries {
+					continue
+				}
+				s.zoneCounts(j)
+				if za != s.zoneOf[b] && s.zc[za] >= s.zc[s.zoneOf[b]] {
+					continue
+				}
+				s.moveEntry(j, k, a)
+				s.dropListEntry(b32, int32(idx))
+				s.flat[s.off[i]+s.cnt[i]] = b32
+				s.flags[s.off[i]+s.cnt[i]] = 0
+				s.cnt[i]++
+				s.addLoad(b32, 1)
+				s.placed++
+				s.memItems[b] = append(s.memItems[b], int32(i))
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (s *solver) buildMemberItems() {
