@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -175,18 +178,21 @@ func (s *scanner) loop() error {
 			}
 			return fmt.Errorf("jetstream: scanner %q on channel %q: %w", s.name, s.w.n.channel, err)
 		}
-		md, err := m.Metadata()
-		if err != nil {
-			return fmt.Errorf("jetstream: scanner %q on channel %q: message metadata: %w", s.name, s.w.n.channel, err)
+		seq, ts, ok := parseAckReply(m.Reply())
+		if !ok {
+			md, err := m.Metadata()
+			if err != nil {
+				return fmt.Errorf("jetstream: scanner %q on channel %q: message metadata: %w", s.name, s.w.n.channel, err)
+			}
+			seq, ts = md.Sequence.Stream, md.Timestamp
 		}
-		seq := md.Sequence.Stream
 		if s.next != 0 && seq != s.next {
 			if err := s.checkGap(seq); err != nil {
 				return err
 			}
 		}
 		s.next = seq + 1
-		im, err := decodeMessage(s.w.n.channel, seq, md.Timestamp, m.Headers(), m.Data())
+		im, err := decodeMessage(s.w.n.channel, seq, ts, m.Headers(), m.Data())
 		if err != nil {
 			return err
 		}
@@ -213,4 +219,50 @@ func (s *scanner) checkGap(seq uint64) error {
 			s.name, s.w.n.channel, s.next, trunc-1, walimpls.ErrTruncated)
 	}
 	return nil
+}
+
+// parseAckReply extracts the stream sequence and timestamp from a JetStream
+// delivery's reply subject without allocating:
+//
+//	v1: $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>
+//	v2: $JS.ACK.<domain>.<acchash>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>[.<token>]
+//
+// ok is false for anything else (the caller then uses Msg.Metadata).
+func parseAckReply(reply string) (seq uint64, ts time.Time, ok bool) {
+	const prefix = "$JS.ACK."
+	if !strings.HasPrefix(reply, prefix) {
+		return 0, time.Time{}, false
+	}
+	var tok [12]string
+	n := 0
+	rest := reply[len(prefix):]
+	for n < len(tok) {
+		i := strings.IndexByte(rest, '.')
+		if i < 0 {
+			tok[n] = rest
+			n++
+			break
+		}
+		tok[n], rest = rest[:i], rest[i+1:]
+		n++
+	}
+	// Token counts after "$JS.ACK.": v1 7, v2 9 or 10.
+	var sseq, tsTok string
+	switch {
+	case n == 7:
+		sseq, tsTok = tok[3], tok[5]
+	case n == 9 || n == 10:
+		sseq, tsTok = tok[5], tok[7]
+	default:
+		return 0, time.Time{}, false
+	}
+	seq, err := strconv.ParseUint(sseq, 10, 64)
+	if err != nil {
+		return 0, time.Time{}, false
+	}
+	nanos, err := strconv.ParseInt(tsTok, 10, 64)
+	if err != nil {
+		return 0, time.Time{}, false
+	}
+	return seq, time.Unix(0, nanos), true
 }

@@ -1,0 +1,282 @@
+package jetstream_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	njs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/consumerd/consumerd/internal/natstest"
+	"github.com/consumerd/consumerd/wal"
+	"github.com/consumerd/consumerd/wal/message"
+	"github.com/consumerd/consumerd/wal/walimpls"
+	"github.com/consumerd/consumerd/wal/walimpls/jetstream"
+)
+
+// Benchmarks compare the WAL adaptor over this backend with raw nats.go
+// JetStream on the same embedded server, in the same run: raw and adaptor
+// measurements alternate (benchRounds each) and the best of each is reported,
+// so a noisy, shared machine penalises neither side. Each benchmark does its
+// whole measurement once per invocation, whatever b.N is.
+const (
+	benchMsgs    = 100000
+	benchPayload = 100
+	benchRounds  = 5
+)
+
+func benchPayloadBytes() []byte {
+	p := make([]byte, benchPayload)
+	for i := range p {
+		p[i] = byte('a' + i%26)
+	}
+	return p
+}
+
+// rawStream creates a fresh stream configured like the backend's streams.
+func rawStream(b *testing.B, js njs.JetStream, name string) {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, njs.StreamConfig{
+		Name: name, Subjects: []string{name + ".data"}, Storage: njs.FileStorage,
+		Replicas: 1, Duplicates: 2 * time.Minute, AllowDirect: true,
+	}); err != nil {
+		b.Fatalf("create raw stream %s: %v", name, err)
+	}
+}
+
+func rawConn(b *testing.B, url string) (*nats.Conn, njs.JetStream) {
+	b.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(nc.Close)
+	js, err := njs.New(nc, njs.WithPublishAsyncMaxPending(4000))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return nc, js
+}
+
+// rawAppend publishes n messages with PublishAsync to a fresh stream and
+// waits for every acknowledgement; it returns messages per second.
+func rawAppend(b *testing.B, js njs.JetStream, stream string, n int) float64 {
+	b.Helper()
+	rawStream(b, js, stream)
+	payload := benchPayloadBytes()
+	subj := stream + ".data"
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		for {
+			_, err := js.PublishAsync(subj, payload)
+			if err == nil {
+				break
+			}
+			if err != njs.ErrTooManyStalledMsgs {
+				b.Fatalf("raw PublishAsync: %v", err)
+			}
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(60 * time.Second):
+		b.Fatal("raw appends not acknowledged in 60s")
+	}
+	return float64(n) / time.Since(start).Seconds()
+}
+
+// walAppend appends n messages with AppendAsync through the adaptor on a fresh
+// channel and waits for every callback; it returns messages per second.
+func walAppend(b *testing.B, o wal.Opener, channel string, term uint64, n int) float64 {
+	b.Helper()
+	ctx := context.Background()
+	w, err := o.Open(ctx, &walimpls.OpenOption{Channel: channel, Term: term})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Close()
+	payload := benchPayloadBytes()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	wg.Add(n)
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		w.AppendAsync(ctx, message.MutableMessage{Payload: payload}, func(_ *wal.AppendResult, err error) {
+			if err != nil {
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+			}
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	el := time.Since(start)
+	if firstErr != nil {
+		b.Fatalf("wal AppendAsync: %v", firstErr)
+	}
+	return float64(n) / el.Seconds()
+}
+
+func walOpener(b *testing.B, url string) wal.Opener {
+	b.Helper()
+	o, err := wal.NewOpenerBuilder(jetstream.NewBuilder(jetstream.Config{URL: url})).Build()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(o.Close)
+	return o
+}
+
+func report(name string, n int, rate, raw float64) {
+	fmt.Printf("BENCH %s backend=jetstream msgs=%d rate=%.0f raw_rate=%.0f ratio=%.2f\n", name, n, rate, raw, rate/raw)
+}
+
+func BenchmarkAppend(b *testing.B) {
+	url := natstest.Start(b)
+	_, js := rawConn(b, url)
+	o := walOpener(b, url)
+	var bestRaw, bestWAL float64
+	for r := 0; r < benchRounds; r++ {
+		// Alternate which side goes first.
+		runRaw := func() { bestRaw = max(bestRaw, rawAppend(b, js, fmt.Sprintf("rawappend%d", r), benchMsgs)) }
+		runWAL := func() {
+			bestWAL = max(bestWAL, walAppend(b, o, fmt.Sprintf("bench/append-%d", r), 0, benchMsgs))
+		}
+		if r%2 == 0 {
+			runRaw()
+			runWAL()
+		} else {
+			runWAL()
+			runRaw()
+		}
+	}
+	report("wal.append", benchMsgs, bestWAL, bestRaw)
+}
+
+// BenchmarkAppendFenced is the recovery-log path: a writer with a term, so
+// every append is conditional (chained) yet pipelined. Its baseline is the
+// same raw unconditional PublishAsync.
+func BenchmarkAppendFenced(b *testing.B) {
+	url := natstest.Start(b)
+	_, js := rawConn(b, url)
+	o := walOpener(b, url)
+	var bestRaw, bestWAL float64
+	for r := 0; r < benchRounds; r++ {
+		runRaw := func() { bestRaw = max(bestRaw, rawAppend(b, js, fmt.Sprintf("rawfenced%d", r), benchMsgs)) }
+		runWAL := func() {
+			bestWAL = max(bestWAL, walAppend(b, o, fmt.Sprintf("recovery/bench-%d", r), 1, benchMsgs))
+		}
+		if r%2 == 0 {
+			runRaw()
+			runWAL()
+		} else {
+			runWAL()
+			runRaw()
+		}
+	}
+	report("wal.append.fenced", benchMsgs, bestWAL, bestRaw)
+}
+
+// rawScan reads n messages of subject from stream with an ordered consumer,
+// taking each message's stream sequence (any consumer that tracks its offset
+// needs it); it returns messages per second.
+func rawScan(b *testing.B, js njs.JetStream, stream, subject string, n int) float64 {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	start := time.Now()
+	cons, err := js.OrderedConsumer(ctx, stream, njs.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	it, err := cons.Messages(njs.PullMaxMessages(1024))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer it.Stop()
+	var last uint64
+	for i := 0; i < n; i++ {
+		m, err := it.Next()
+		if err != nil {
+			b.Fatalf("raw scan after %d: %v", i, err)
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if md.Sequence.Stream <= last {
+			b.Fatalf("raw scan: sequence %d after %d", md.Sequence.Stream, last)
+		}
+		last = md.Sequence.Stream
+	}
+	return float64(n) / time.Since(start).Seconds()
+}
+
+// walScan reads n messages from channel with a wal.Scanner.
+func walScan(b *testing.B, w wal.WAL, n int) float64 {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	start := time.Now()
+	s, err := w.Read(ctx, wal.ReadOption{VChannel: "bench", DeliverPolicy: wal.DeliverAll()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	var last message.MessageID
+	for i := 0; i < n; i++ {
+		select {
+		case m, ok := <-s.Chan():
+			if !ok {
+				b.Fatalf("wal scan stopped after %d: %v", i, s.Error())
+			}
+			if m.ID <= last {
+				b.Fatalf("wal scan: id %d after %d", m.ID, last)
+			}
+			last = m.ID
+		case <-ctx.Done():
+			b.Fatalf("wal scan: %d of %d in 60s", i, n)
+		}
+	}
+	return float64(n) / time.Since(start).Seconds()
+}
+
+func BenchmarkScan(b *testing.B) {
+	url := natstest.Start(b)
+	_, js := rawConn(b, url)
+	o := walOpener(b, url)
+	const channel = "bench/scan"
+	walAppend(b, o, channel, 0, benchMsgs) // fill the channel once; both sides read it
+	w, err := o.Open(context.Background(), &walimpls.OpenOption{Channel: channel})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Close()
+	tok, err := jetstream.EscapeChannel(channel)
+	if err != nil {
+		b.Fatal(err)
+	}
+	stream, subject := "consumerd_"+tok, "consumerd."+tok+".data"
+	var bestRaw, bestWAL float64
+	for r := 0; r < benchRounds; r++ {
+		runRaw := func() { bestRaw = max(bestRaw, rawScan(b, js, stream, subject, benchMsgs)) }
+		runWAL := func() { bestWAL = max(bestWAL, walScan(b, w, benchMsgs)) }
+		if r%2 == 0 {
+			runRaw()
+			runWAL()
+		} else {
+			runWAL()
+			runRaw()
+		}
+	}
+	report("wal.scan", benchMsgs, bestWAL, bestRaw)
+}
