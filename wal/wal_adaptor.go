@@ -21,7 +21,10 @@ type asyncItem struct {
 	cb    func(*AppendResult, error)
 	start time.Time
 
-	// Set by the pipelined dispatcher.
+	// Pipelined mode. slot: the item holds a window slot. dispatched: handed
+	// to the backend (set under pmu before the backend call). done, id, err:
+	// the outcome, written and read by the dispatcher goroutine only.
+	slot       bool
 	dispatched bool
 	done       bool
 	id         message.MessageID
@@ -51,8 +54,17 @@ type walAdaptor struct {
 	scanners map[*scanner]struct{}
 	inflight sync.WaitGroup // appends accepted and not yet completed
 
-	queue          chan *asyncItem
-	results        chan asyncResult
+	queue   chan *asyncItem // serial mode
+	results chan asyncResult
+
+	// Pipelined mode: callers hand appends to the backend themselves, under
+	// pmu, so pitems (in flight, call order) matches the backend's order.
+	pmu      sync.Mutex
+	pitems   []*asyncItem
+	held     []*asyncItem // accepted while draining; sent after recovery
+	draining bool
+	slots    chan struct{} // window semaphore: in flight + held <= asyncWindow
+
 	closing        chan struct{} // closed when Close starts: cuts retry waits short
 	stopDispatch   chan struct{}
 	dispatcherDone chan struct{}
@@ -105,6 +117,7 @@ func newWAL(impl walimpls.WALImpls, backend string, term uint64, opts adaptorOpt
 	if a, ok := impl.(walimpls.AsyncAppender); ok {
 		w.async = a
 		w.results = make(chan asyncResult, opts.asyncWindow)
+		w.slots = make(chan struct{}, opts.asyncWindow)
 		go w.runPipelined()
 	} else {
 		go w.runSerial()
@@ -182,8 +195,9 @@ func (w *walAdaptor) Append(ctx context.Context, msg message.MutableMessage) (*A
 	}
 }
 
-// AppendAsync queues msg and returns; cb is called exactly once from the
-// dispatcher goroutine, in call order.
+// AppendAsync accepts msg and returns; cb is called exactly once, in call
+// order, from the dispatcher goroutine (or at once on the caller's goroutine
+// when the append is refused before it was accepted).
 func (w *walAdaptor) AppendAsync(ctx context.Context, msg message.MutableMessage, cb func(*AppendResult, error)) {
 	start := time.Now()
 	if cb == nil {
@@ -195,11 +209,44 @@ func (w *walAdaptor) AppendAsync(ctx context.Context, msg message.MutableMessage
 		return
 	}
 	it := &asyncItem{ctx: ctx, msg: msg, cb: cb, start: start}
-	select {
-	case w.queue <- it:
-	case <-ctx.Done():
-		w.complete(it, 0, fmt.Errorf("wal: append to %q: queued: %w", w.channel, ctx.Err()))
+	if w.async == nil {
+		select {
+		case w.queue <- it:
+		case <-ctx.Done():
+			w.complete(it, 0, fmt.Errorf("wal: append to %q: queued: %w", w.channel, ctx.Err()))
+		}
+		return
 	}
+	select {
+	case w.slots <- struct{}{}:
+		it.slot = true
+	case <-ctx.Done():
+		w.complete(it, 0, fmt.Errorf("wal: append to %q: waiting for the async window: %w", w.channel, ctx.Err()))
+		return
+	}
+	w.pmu.Lock()
+	defer w.pmu.Unlock()
+	if w.draining {
+		w.held = append(w.held, it)
+		return
+	}
+	w.sendLocked(it)
+}
+
+// sendLocked hands it to the backend (or fails it early) and appends it to
+// pitems. Every item sent produces exactly one asyncResult. Called with pmu
+// held, so pitems order is the order of the backend calls.
+func (w *walAdaptor) sendLocked(it *asyncItem) {
+	w.pitems = append(w.pitems, it)
+	if err := w.precheck(it); err != nil {
+		// results has room: one slot per item, one result per item.
+		w.results <- asyncResult{it: it, err: err}
+		return
+	}
+	it.dispatched = true
+	w.async.AppendAsync(it.ctx, it.msg, func(id message.MessageID, err error) {
+		w.results <- asyncResult{it: it, id: id, err: err}
+	})
 }
 
 // observe records metrics (and fencing) for a finished append.
@@ -219,6 +266,10 @@ func (w *walAdaptor) observe(start time.Time, msg *message.MutableMessage, err e
 // complete finishes an accepted append.
 func (w *walAdaptor) complete(it *asyncItem, id message.MessageID, err error) {
 	w.observe(it.start, &it.msg, err)
+	if it.slot {
+		it.slot = false
+		<-w.slots // before cb: a cb may append again
+	}
 	if err != nil {
 		it.cb(nil, err)
 	} else {
@@ -271,49 +322,64 @@ func (w *walAdaptor) runSerial() {
 	}
 }
 
-// runPipelined keeps up to asyncWindow appends in flight at the backend.
-// Outcomes are reported in call order. A transient failure stops dispatching
-// until everything in flight has finished; then failed items after the last
-// stored one are retried one at a time, in order, while failed items before a
-// stored one are reported (retrying them would store them out of order).
+// runPipelined collects the outcomes of appends that callers handed to the
+// backend (up to asyncWindow in flight) and reports them in call order. A
+// transient failure at the head stops sending (new appends are held) until
+// everything in flight has finished; then failed items after the last stored
+// one are retried one at a time, in order, while failed items before a stored
+// one are reported (retrying them would store them out of order); then the
+// held appends are sent.
 func (w *walAdaptor) runPipelined() {
 	defer close(w.dispatcherDone)
-	var items []*asyncItem // in flight, call order
-	draining := false
+	var ready []*asyncItem
 	for {
-		var in chan *asyncItem
-		if !draining && len(items) < w.opts.asyncWindow {
-			in = w.queue
-		}
 		select {
-		case it := <-in:
-			items = append(items, it)
-			if err := w.precheck(it); err != nil {
-				it.done, it.err = true, err
-				break
-			}
-			it.dispatched = true
-			w.async.AppendAsync(it.ctx, it.msg, func(id message.MessageID, err error) {
-				w.results <- asyncResult{it: it, id: id, err: err}
-			})
 		case r := <-w.results:
 			r.it.done, r.it.id, r.it.err = true, r.id, r.err
 		case <-w.stopDispatch:
 			return
 		}
-		// Report finished items at the head, in order.
-		for !draining && len(items) > 0 && items[0].done {
-			it := items[0]
+		// Collect what else has finished, to settle it in one pass.
+	more:
+		for {
+			select {
+			case r := <-w.results:
+				r.it.done, r.it.id, r.it.err = true, r.id, r.err
+			default:
+				break more
+			}
+		}
+		// Take finished items off the head, in order.
+		ready = ready[:0]
+		var settle []*asyncItem
+		w.pmu.Lock()
+		for !w.draining && len(w.pitems) > 0 && w.pitems[0].done {
+			it := w.pitems[0]
 			if it.err != nil && walimpls.IsRetryable(it.err) {
-				draining = true
+				w.draining = true
 				break
 			}
-			items = items[1:]
+			w.pitems[0] = nil
+			w.pitems = w.pitems[1:]
+			ready = append(ready, it)
+		}
+		if w.draining && allDone(w.pitems) {
+			settle, w.pitems = w.pitems, nil
+		}
+		w.pmu.Unlock()
+		for _, it := range ready {
 			w.finishPipelined(it)
 		}
-		if draining && allDone(items) {
-			w.recover(items)
-			items, draining = nil, false
+		if settle != nil {
+			w.settleDrained(settle)
+			w.pmu.Lock()
+			held := w.held
+			w.held = nil
+			w.draining = false
+			for _, it := range held {
+				w.sendLocked(it)
+			}
+			w.pmu.Unlock()
 		}
 	}
 }
@@ -335,8 +401,8 @@ func (w *walAdaptor) finishPipelined(it *asyncItem) {
 	w.complete(it, it.id, nil)
 }
 
-// recover settles a drained window that holds a transient failure.
-func (w *walAdaptor) recover(items []*asyncItem) {
+// settleDrained settles a drained window that holds a transient failure.
+func (w *walAdaptor) settleDrained(items []*asyncItem) {
 	lastStored := -1
 	for i, it := range items {
 		if it.dispatched && it.err == nil {
