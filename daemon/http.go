@@ -11,7 +11,9 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/consumerd/consumerd/allocator"
 	"github.com/consumerd/consumerd/shard"
@@ -67,7 +69,8 @@ type errorBody struct {
 
 func (s *server) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.Handler())
+	mux.Handle("GET /metrics", promhttp.HandlerFor(prefixGatherer{prometheus.DefaultGatherer, "etcd_", false}, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics/etcd", promhttp.HandlerFor(prefixGatherer{prometheus.DefaultGatherer, "etcd_", true}, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, "ok\n")
@@ -76,6 +79,28 @@ func (s *server) handler() http.Handler {
 	mux.HandleFunc("GET /v1/status", s.status)
 	mux.HandleFunc("GET /v1/query", s.query)
 	return mux
+}
+
+// prefixGatherer keeps the metric families whose name has prefix (keep) or
+// lacks it (!keep). /metrics leaves out etcd's own server metrics, which
+// etcd registers in the default registry whenever its server package is
+// linked in (for the embedded etcd) and which do not follow Prometheus
+// naming conventions; they are served at /metrics/etcd instead.
+type prefixGatherer struct {
+	g      prometheus.Gatherer
+	prefix string
+	keep   bool
+}
+
+func (p prefixGatherer) Gather() ([]*dto.MetricFamily, error) {
+	mfs, err := p.g.Gather()
+	out := mfs[:0]
+	for _, mf := range mfs {
+		if strings.HasPrefix(mf.GetName(), p.prefix) == p.keep {
+			out = append(out, mf)
+		}
+	}
+	return out, err
 }
 
 // readiness implements /readyz: a member is ready when

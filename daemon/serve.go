@@ -112,7 +112,7 @@ func Serve(ctx context.Context, cfg ServeConfig, app shard.App, apps map[string]
 		if err != nil {
 			return err
 		}
-		defer es.Close()
+		defer func() { es.Close(); log.Debug("embedded etcd stopped") }()
 		endpoints = es.Endpoints()
 		log.Info("embedded etcd started", "client_url", cfg.EmbeddedEtcdClientURL, "dir", dir)
 	}
@@ -138,7 +138,7 @@ func Serve(ctx context.Context, cfg ServeConfig, app shard.App, apps map[string]
 		if err != nil {
 			return fmt.Errorf("embedded nats-server on %s: %w", cfg.EmbeddedNATSAddr, err)
 		}
-		defer ns.Shutdown()
+		defer func() { ns.Shutdown(); log.Debug("embedded nats-server stopped") }()
 		walURL = ns.URL()
 		log.Info("embedded nats-server started", "url", walURL, "store_dir", dir, "sync", cfg.WALSync)
 	}
@@ -146,7 +146,7 @@ func Serve(ctx context.Context, cfg ServeConfig, app shard.App, apps map[string]
 	if err != nil {
 		return err
 	}
-	defer opener.Close()
+	defer func() { opener.Close(); log.Debug("WAL connection closed") }()
 	s.opener = opener
 
 	if cfg.EmbeddedEtcd() && cfg.EmbeddedShards > 0 {
@@ -166,8 +166,10 @@ func Serve(ctx context.Context, cfg ServeConfig, app shard.App, apps map[string]
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
+		s.http.CloseIdleConnections()
 		_ = hs.Shutdown(sctx)
 		<-httpDone
+		log.Debug("HTTP server stopped")
 	}()
 	log.Info("serving", "member", cfg.MemberID, "zone", cfg.Zone, "endpoint", s.endpoint,
 		"app", app.Name, "etcd", endpoints, "wal", walURL)

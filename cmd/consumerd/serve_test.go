@@ -87,7 +87,11 @@ func TestServeEmbedded(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		return out == want, fmt.Sprintf("got %q want %q", out, want)
+		if out == want {
+			return true, ""
+		}
+		_, per, _ := httpGet(base + "/v1/query?app=wordcount&all=1")
+		return false, fmt.Sprintf("got %q want %q; per shard: %s", out, want, per)
 	})
 	if out, err := client("", "query", "--app", "wordcount", "--key", "cat"); err != nil || out != "2\n" {
 		t.Fatalf("query --key cat: %q %v", out, err)
@@ -127,6 +131,7 @@ func TestServeEmbedded(t *testing.T) {
 	if p.err != nil {
 		t.Fatalf("serve exited with %v after SIGTERM (%s)", p.err, time.Since(start))
 	}
+	t.Logf("serve exited 0, %s after SIGTERM", time.Since(start).Round(time.Millisecond))
 
 	// Last, as it may skip: the exposition format passes promtool's lint.
 	promtool := findBinary(t, "promtool")
