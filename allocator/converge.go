@@ -103,6 +103,13 @@ func planConverge(snap Snapshot, prefix string) convergePlan {
 	start := time.Now()
 	sol := Solve(members, items)
 	solveTime := time.Since(start)
+	plan := planFromSolution(snap, prefix, members, items, perItem, orphans, sol)
+	plan.solveTime = solveTime
+	return plan
+}
+
+// planFromSolution plans the groups for a given solution (see planConverge).
+func planFromSolution(snap Snapshot, prefix string, members []SchedMember, items []SchedItem, perItem [][]Assignment, orphans []Assignment, sol *Solution) convergePlan {
 	plan := planGroups(snap, prefix, members, items, perItem, orphans, sol, nil)
 	if plan.deferred > 0 {
 		// A full member with a deferred add normally frees room once a
@@ -140,7 +147,6 @@ func planConverge(snap Snapshot, prefix string) convergePlan {
 			plan = planGroups(snap, prefix, members, items, perItem, orphans, sol, allow)
 		}
 	}
-	plan.solveTime = solveTime
 	return plan
 }
 

@@ -1,0 +1,147 @@
+package allocator
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/consumerd/consumerd/internal/etcdtest"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+func putJSON(t *testing.T, c *clientv3.Client, key string, v any) int64 {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Put(context.Background(), key, string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Header.Revision
+}
+
+func TestKeySpaceLoadWatchCompaction(t *testing.T) {
+	c := etcdtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const p = "/ks"
+	putJSON(t, c, MemberKey(p, "a", "m1"), MemberSpec{ItemLimit: 5})
+	putJSON(t, c, ItemKey(p, "s1"), map[string]any{"hot_standbys": 1})
+	putJSON(t, c, AssignmentKey(p, Assignment{Item: "s1", Zone: "a", Member: "m1", Slot: 0}), ReplicaStatus{State: StatePrimary})
+	// Malformed: skipped, not fatal.
+	if _, err := c.Put(ctx, ItemKey(p, "bad"), "{"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Put(ctx, p+"/assign/s1/a/m1/notaslot", `{"state":"IDLE"}`); err != nil {
+		t.Fatal(err)
+	}
+	// Outside the root: ignored.
+	putJSON(t, c, "/other/items/x", map[string]any{})
+
+	ks := NewKeySpace(c, p, nil, nil)
+	if err := ks.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	snap := ks.Snapshot()
+	if len(snap.Members) != 1 || snap.Members[0].Spec.ItemLimit != 5 || snap.Leader != "a/m1" {
+		t.Fatalf("members %+v leader %q", snap.Members, snap.Leader)
+	}
+	if len(snap.Items) != 1 || snap.Items["s1"].Item.DesiredReplication() != 2 {
+		t.Fatalf("items %+v", snap.Items)
+	}
+	if len(snap.Assignments) != 1 || snap.Assignments[0].Status.State != StatePrimary {
+		t.Fatalf("assignments %+v", snap.Assignments)
+	}
+
+	// Changes while nobody watches, then compaction past the mirror's revision:
+	// Watch must notice and reload.
+	putJSON(t, c, ItemKey(p, "s2"), map[string]any{"hot_standbys": 0})
+	rev := putJSON(t, c, ItemKey(p, "s1"), map[string]any{"disable": true})
+	if _, err := c.Compact(ctx, rev); err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = ks.Watch(wctx)
+	}()
+	defer func() { wcancel(); wg.Wait() }()
+	if err := ks.WaitForRevision(ctx, rev); err != nil {
+		t.Fatal(err)
+	}
+	snap = ks.Snapshot()
+	if len(snap.Items) != 2 || snap.Items["s1"].Item.DesiredReplication() != 0 {
+		t.Fatalf("after compaction: items %+v", snap.Items)
+	}
+
+	// Live changes: a value turning malformed drops the key; deletes apply.
+	if _, err := c.Put(ctx, ItemKey(p, "s2"), "not json"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Delete(ctx, MemberKey(p, "a", "m1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ks.WaitForRevision(ctx, resp.Header.Revision); err != nil {
+		t.Fatal(err)
+	}
+	snap = ks.Snapshot()
+	if _, ok := snap.Items["s2"]; ok || len(snap.Members) != 0 || snap.Leader != "" {
+		t.Fatalf("after updates: items %v members %v leader %q", snap.Items, snap.Members, snap.Leader)
+	}
+	// WaitForRevision honours its context.
+	short, scancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer scancel()
+	if err := ks.WaitForRevision(short, resp.Header.Revision+1000); err == nil || !strings.Contains(err.Error(), "revision") {
+		t.Fatalf("WaitForRevision beyond head: %v", err)
+	}
+}
+
+func TestKeysRoundTrip(t *testing.T) {
+	a := Assignment{Item: "s-1.x", Zone: "z_1", Member: "m1", Slot: 3}
+	k := AssignmentKey("/root/", a)
+	if k != "/root/assign/s-1.x/z_1/m1/3" {
+		t.Fatalf("key %q", k)
+	}
+	got, err := ParseAssignmentKey("/root", k)
+	if err != nil || got != a {
+		t.Fatalf("parse %q: %+v %v", k, got, err)
+	}
+	for _, bad := range []string{
+		"/root/assign/s1/z/m/-1", "/root/assign/s1/z/m/01", "/root/assign/s1/z/m", "/root/assign/s1/z/m/1/2",
+		"/root/assign/s 1/z/m/1", "/other/assign/s1/z/m/1", "/root/assign/../z/m/1",
+	} {
+		if _, err := ParseAssignmentKey("/root", bad); err == nil {
+			t.Errorf("ParseAssignmentKey(%q) accepted", bad)
+		}
+	}
+	if z, id, err := ParseMemberKey("/root", MemberKey("/root", "a", "m")); err != nil || z != "a" || id != "m" {
+		t.Fatalf("member key: %v %v %v", z, id, err)
+	}
+	for _, bad := range []string{"/root/members/a", "/root/members/a/b/c", "/root/members/a/b!"} {
+		if _, _, err := ParseMemberKey("/root", bad); err == nil {
+			t.Errorf("ParseMemberKey(%q) accepted", bad)
+		}
+	}
+	for _, id := range []string{"", ".", "..", "a/b", "a b", "ä"} {
+		if ValidID(id) == nil {
+			t.Errorf("ValidID(%q) accepted", id)
+		}
+	}
+	if _, err := DecodeReplicaStatus([]byte(`{"state":"NOPE"}`)); err == nil {
+		t.Error("unknown state accepted")
+	}
+	if _, err := DecodeGenericItem("x", []byte(`{"hot_standbys":-1}`)); err == nil {
+		t.Error("negative hot_standbys accepted")
+	}
+	if _, err := DecodeMemberSpec([]byte(`{"item_limit":-1}`)); err == nil {
+		t.Error("negative item_limit accepted")
+	}
+}
