@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -131,7 +133,7 @@ func TestFaults(t *testing.T) {
 		leaseTTL = 2 * time.Second
 		nShards  = 4
 		nLines   = 20000
-		nChunks  = 10
+		nChunks  = 100
 	)
 	c := newCluster(t, leaseTTL)
 	c.mustRun(nil, "shards", "create", "--app", "wordcount", "--count", fmt.Sprint(nShards), "--hot-standbys", "1")
@@ -162,54 +164,85 @@ func TestFaults(t *testing.T) {
 		}
 		return primariesOf(as)
 	}
+	var published atomic.Int64 // lines acknowledged by the background publisher
 	killRestart := func(ids ...string) {
 		for _, id := range ids {
-			t.Logf("SIGKILL %s", id)
+			t.Logf("SIGKILL %s (%d lines published)", id, published.Load())
 			byID[id].proc.kill()
 		}
 		for _, id := range ids {
 			c.start(byID[id]) // restarts at once: it waits out its old lease
 		}
 	}
-	faults := map[int]func(){
-		1: func() { killRestart(primaries()[0]) },
-		3: func() {
-			id := primaries()[0]
-			m := byID[id]
-			t.Logf("SIGSTOP %s for %s (lease %s): a zombie", id, 2*leaseTTL+time.Second, leaseTTL)
-			m.proc.signal(syscall.SIGSTOP)
-			// Wait until its lease expired and its shards moved on.
-			waitFor(t, 30*time.Second, "the frozen member's primaries to move", func() (bool, string) {
-				p := primaries()
-				for _, x := range p {
-					if x == id {
-						return false, id + " still holds a primary"
-					}
+	// Publish in small chunks from a background goroutine, so messages keep
+	// flowing while the faults below happen.
+	pubDone := make(chan error, 1)
+	go func() {
+		chunk := nLines / nChunks
+		for i := 0; i < nChunks; i++ {
+			data := []byte(strings.Join(lines[i*chunk:(i+1)*chunk], "\n") + "\n")
+			if _, err := c.run(data, "publish", "--topic", "words"); err != nil {
+				pubDone <- fmt.Errorf("publishing chunk %d: %w", i, err)
+				return
+			}
+			published.Add(int64(chunk))
+		}
+		pubDone <- nil
+	}()
+	// everyShardHasPrimary waits until every shard has a PRIMARY again.
+	everyShardHasPrimary := func() {
+		waitFor(t, 60*time.Second, "every shard PRIMARY", func() (bool, string) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			as, err := c.assignments(ctx)
+			if err != nil {
+				return false, err.Error()
+			}
+			n := 0
+			for _, a := range as {
+				if a.slot == 0 && a.state == "PRIMARY" {
+					n++
 				}
-				return true, ""
-			})
-			m.proc.signal(syscall.SIGCONT)
-			t.Logf("SIGCONT %s", id)
-		},
-		5: func() { killRestart("m2") },
-		7: func() { killRestart("m1", "m3") }, // both zone-a members at once
-		8: func() { killRestart(primaries()[0]) },
+			}
+			return n == nShards, fmt.Sprintf("%d of %d shards PRIMARY", n, nShards)
+		})
 	}
-
-	chunk := nLines / nChunks
-	for i := 0; i < nChunks; i++ {
-		data := []byte(strings.Join(lines[i*chunk:(i+1)*chunk], "\n") + "\n")
-		done := make(chan error, 1)
-		go func() {
-			_, err := c.run(data, "publish", "--topic", "words")
-			done <- err
-		}()
-		if f := faults[i]; f != nil {
-			f()
-		}
-		if err := <-done; err != nil {
-			t.Fatalf("publishing chunk %d: %v", i, err)
-		}
+	zombie := func() {
+		id := primaries()[0]
+		m := byID[id]
+		t.Logf("SIGSTOP %s (lease %s): a zombie primary (%d lines published)", id, leaseTTL, published.Load())
+		m.proc.signal(syscall.SIGSTOP)
+		// Frozen past its lease: its shards move to their standbys.
+		waitFor(t, 30*time.Second, "the frozen member's primaries to move", func() (bool, string) {
+			for _, x := range primaries() {
+				if x == id {
+					return false, id + " still holds a primary"
+				}
+			}
+			return true, ""
+		})
+		m.proc.signal(syscall.SIGCONT)
+		t.Logf("SIGCONT %s (%d lines published)", id, published.Load())
+	}
+	faults := []func(){
+		func() { killRestart(primaries()[0]) },
+		zombie,
+		func() { killRestart("m2") },
+		func() { killRestart("m1", "m3") }, // both zone-a members at once: a shard loses both replicas
+		func() { killRestart(primaries()[0]) },
+		zombie,
+	}
+	for i, f := range faults {
+		// Spread the faults over the publishing.
+		target := int64((i + 1) * nLines / (len(faults) + 2))
+		waitFor(t, 60*time.Second, "publishing to progress", func() (bool, string) {
+			return published.Load() >= target, fmt.Sprintf("%d of %d lines published", published.Load(), target)
+		})
+		f()
+		everyShardHasPrimary()
+	}
+	if err := <-pubDone; err != nil {
+		t.Fatal(err)
 	}
 
 	got := ""
@@ -261,4 +294,16 @@ func TestFaults(t *testing.T) {
 			t.Errorf("member %s exited: %v", m.id, m.proc.err)
 		}
 	}
+	// The zombies rejoined under new leases: three live members.
+	waitFor(t, 30*time.Second, "three members in `members list`", func() (bool, string) {
+		out, err := c.run(nil, "members", "list", "-o", "json")
+		if err != nil {
+			return false, err.Error()
+		}
+		var ms []struct{ ID string }
+		if err := json.Unmarshal([]byte(out), &ms); err != nil {
+			return false, err.Error()
+		}
+		return len(ms) == 3, out
+	})
 }
