@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/consumerd/consumerd/recoverylog"
 	"github.com/consumerd/consumerd/topic"
 	"github.com/consumerd/consumerd/wal/message"
@@ -54,6 +56,9 @@ type txnLoop struct {
 
 	prev *pendingTxn
 
+	// metric children, resolved once
+	mMessages, mBytes, mTxns prometheus.Counter
+
 	// open transaction
 	opened   time.Time
 	offsets  map[string]message.MessageID
@@ -76,8 +81,7 @@ func (l *txnLoop) finishPrev() error {
 	if err := p.commit.Err(); err != nil {
 		return fmt.Errorf("commit transaction: %w", err)
 	}
-	id := l.r.id
-	metricTransactions.WithLabelValues(id).Inc()
+	l.mTxns.Inc()
 	metricTxnDuration.Observe(time.Since(p.opened).Seconds())
 	pos := l.rec.Position()
 	l.r.mu.Lock()
@@ -96,13 +100,16 @@ func (l *txnLoop) consume(m inbound) error {
 	l.offsets[m.src.channel] = m.msg.ID
 	l.bytes += n
 	l.messages++
-	metricMessages.WithLabelValues(l.r.id).Inc()
-	metricBytes.WithLabelValues(l.r.id).Add(float64(n))
+	l.mMessages.Inc()
+	l.mBytes.Add(float64(n))
 	return nil
 }
 
 // run consumes and commits until ctx is done or an error.
 func (l *txnLoop) run(ctx context.Context) error {
+	l.mMessages = metricMessages.WithLabelValues(l.r.id)
+	l.mBytes = metricBytes.WithLabelValues(l.r.id)
+	l.mTxns = metricTransactions.WithLabelValues(l.r.id)
 	for {
 		// Idle: no open transaction.
 		select {

@@ -1,0 +1,168 @@
+package wordcount_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/consumerd/consumerd/allocator"
+	"github.com/consumerd/consumerd/examples/wordcount"
+	"github.com/consumerd/consumerd/internal/natstest"
+	"github.com/consumerd/consumerd/shard"
+	"github.com/consumerd/consumerd/shard/shardtest"
+	"github.com/consumerd/consumerd/topic"
+	"github.com/consumerd/consumerd/wal"
+	"github.com/consumerd/consumerd/wal/message"
+	"github.com/consumerd/consumerd/wal/walimpls/jetstream"
+)
+
+const (
+	benchShards = 2
+	benchMsgs   = 200_000
+)
+
+// BenchmarkConsume measures messages/s through the whole exactly-once path
+// (scanner → Consume → Flush → recovery-log commit on JetStream → RocksDB
+// apply, plus the published counts) against a raw read of the same messages
+// through the WAL scanner on the same embedded JetStream, and prints
+//
+//	BENCH shard.consume app=wordcount shards=S msgs=N rate=R raw_rate=RAW ratio=X
+//
+// The work is done once, whatever b.N.
+func BenchmarkConsume(b *testing.B) {
+	if b.N > 1 {
+		b.Skip("measured once at -benchtime 1x")
+	}
+	url := natstest.Start(b)
+	e := shardtest.NewCluster(b, jetstream.NewBuilder(jetstream.Config{URL: url}), wordcount.App())
+	e.TxnMaxMessages = 0 // the service default
+	var specs []*shard.Spec
+	for i := 0; i < benchShards; i++ {
+		s := shardtest.WordcountSpec(fmt.Sprintf("wordcount-%04d", i), i, 0)
+		specs = append(specs, s)
+		e.PutSpec(s)
+	}
+
+	// Pre-publish N lines of a few words, routed by key.
+	lines := shardtest.Corpus(42, benchMsgs)
+	desc := topic.Description{Name: wordcount.InputTopic, Partitions: benchShards}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var pubErr error
+	for i, l := range lines {
+		wg.Add(1)
+		e.Pub.PublishAsync(ctx, desc, message.MutableMessage{Key: fmt.Sprintf("%s#%d", l, i), Payload: []byte(l)}, func(_ topic.Partition, _ message.MessageID, err error) {
+			if err != nil {
+				mu.Lock()
+				pubErr = err
+				mu.Unlock()
+			}
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	if pubErr != nil {
+		b.Fatalf("publish: %v", pubErr)
+	}
+
+	// Raw baseline: read every partition to its end through the WAL scanner.
+	rawStart := time.Now()
+	var rawWG sync.WaitGroup
+	rawN := make([]int, benchShards)
+	for p := 0; p < benchShards; p++ {
+		rawWG.Add(1)
+		go func(p int) {
+			defer rawWG.Done()
+			rawN[p] = readAll(b, e.Opener, topic.ChannelName(wordcount.InputTopic, p))
+		}(p)
+	}
+	rawWG.Wait()
+	rawElapsed := time.Since(rawStart)
+	total := 0
+	for _, n := range rawN {
+		total += n
+	}
+	if total != benchMsgs {
+		b.Fatalf("raw read %d messages, want %d", total, benchMsgs)
+	}
+
+	// The shard path: from assignment until every shard's committed offsets
+	// reach the end of its partition.
+	n := e.StartNode("bench", b.TempDir())
+	last := map[string]message.MessageID{}
+	for _, s := range specs {
+		last[s.Sources[0].Channel()] = e.LastID(s.Sources[0].Channel())
+	}
+	start := time.Now()
+	for _, s := range specs {
+		e.Assign(n, s.ID, 0)
+	}
+	shardtest.Eventually(b, "every shard consumed its partition", func() (bool, string) {
+		st := n.Service.Status()
+		done := 0
+		for _, ri := range st {
+			if ri.State != allocator.StatePrimary {
+				continue
+			}
+			ok := len(ri.Lag) > 0
+			for ch, lag := range ri.Lag {
+				ok = ok && lag == 0 && last[ch] > 0
+			}
+			if ok {
+				done++
+			}
+		}
+		return done == benchShards, fmt.Sprintf("%d of %d shards done: %+v", done, benchShards, st)
+	})
+	elapsed := time.Since(start)
+
+	// Exactness check of the measured run.
+	got := map[string]int64{}
+	for _, s := range specs {
+		for k, v := range e.Counts(n, s) {
+			got[k] += v
+		}
+	}
+	if d := shardtest.DiffCounts(got, wordcount.Count(lines)); d != "" {
+		b.Fatalf("benchmark counts are wrong: %s", d)
+	}
+	rate := float64(benchMsgs) / elapsed.Seconds()
+	rawRate := float64(benchMsgs) / rawElapsed.Seconds()
+	fmt.Printf("BENCH shard.consume app=wordcount shards=%d msgs=%d rate=%.0f raw_rate=%.0f ratio=%.2f\n",
+		benchShards, benchMsgs, rate, rawRate, rate/rawRate)
+}
+
+// readAll reads channel from the start until its last id and returns the
+// number of messages read.
+func readAll(b *testing.B, op wal.Opener, channel string) int {
+	ctx := context.Background()
+	w, err := op.Open(ctx, &wal.OpenOption{Channel: channel})
+	if err != nil {
+		b.Error(err)
+		return 0
+	}
+	defer w.Close()
+	last, err := w.LastID(ctx)
+	if err != nil {
+		b.Error(err)
+		return 0
+	}
+	sc, err := w.Read(ctx, wal.ReadOption{DeliverPolicy: wal.DeliverAll()})
+	if err != nil {
+		b.Error(err)
+		return 0
+	}
+	defer sc.Close()
+	n := 0
+	for msg := range sc.Chan() {
+		n++
+		if msg.ID >= last {
+			return n
+		}
+	}
+	b.Errorf("%s: scanner ended early: %v", channel, sc.Error())
+	return n
+}
