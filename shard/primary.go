@@ -210,12 +210,14 @@ func (l *lagTracker) refresh(ctx context.Context) {
 func (l *lagTracker) publish() {
 	l.mu.Lock()
 	lag := make(map[string]int64, len(l.sources))
+	offsets := make(map[string]message.MessageID, len(l.sources))
 	for _, s := range l.sources {
 		n := int64(l.last[s.channel]) - int64(l.committed[s.channel])
 		if n < 0 {
 			n = 0
 		}
 		lag[s.channel] = n
+		offsets[s.channel] = l.committed[s.channel]
 	}
 	l.mu.Unlock()
 	for ch, n := range lag {
@@ -223,6 +225,7 @@ func (l *lagTracker) publish() {
 	}
 	l.r.mu.Lock()
 	l.r.lag = lag
+	l.r.offsets = offsets
 	l.r.mu.Unlock()
 }
 

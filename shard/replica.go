@@ -15,6 +15,7 @@ import (
 	"github.com/consumerd/consumerd/allocator"
 	"github.com/consumerd/consumerd/recoverylog"
 	"github.com/consumerd/consumerd/wal"
+	"github.com/consumerd/consumerd/wal/message"
 )
 
 // replica is one assigned shard replica on this member. Its goroutine (run)
@@ -38,7 +39,8 @@ type replica struct {
 	state   allocator.ReplicaState // "" before the first state and after clearState
 	errText string
 	lag     map[string]int64
-	applied int64 // recovery-log id applied, for ReplicaStatus.Revision
+	offsets map[string]message.MessageID // committed source offsets (primaries)
+	applied int64                        // recovery-log id applied, for ReplicaStatus.Revision
 	// position reads the live applied position (the player's, then the
 	// recorder's); nil when no database is open.
 	position func() recoverylog.Position
@@ -181,6 +183,12 @@ func (r *replica) info() ReplicaInfo {
 		ri.Lag = make(map[string]int64, len(r.lag))
 		for k, v := range r.lag {
 			ri.Lag[k] = v
+		}
+	}
+	if len(r.offsets) > 0 {
+		ri.Offsets = make(map[string]message.MessageID, len(r.offsets))
+		for k, v := range r.offsets {
+			ri.Offsets[k] = v
 		}
 	}
 	return ri

@@ -66,6 +66,9 @@ type ReplicaInfo struct {
 	// Lag is, per source channel, the last id in the channel minus the
 	// offset committed by this primary (primaries only).
 	Lag map[string]int64 `json:"lag,omitempty"`
+	// Offsets is, per source channel, the id of the last message consumed
+	// and committed by this primary (primaries only).
+	Offsets map[string]message.MessageID `json:"offsets,omitempty"`
 	// Applied is the recovery-log id of the last record applied to the
 	// replica's database (0 before the first).
 	Applied message.MessageID `json:"applied"`
