@@ -48,6 +48,8 @@ type StatusReplica struct {
 	Lag map[string]int64 `json:"lag,omitempty"`
 	// Offsets per source channel: the last message id consumed and committed.
 	Offsets map[string]uint64 `json:"offsets,omitempty"`
+	// Applied is the recovery-log id of the last record applied locally.
+	Applied uint64 `json:"applied"`
 }
 
 // QueryResponse is the body of GET /v1/query.
@@ -158,7 +160,14 @@ func (s *server) statusNow() StatusResponse {
 }
 
 func statusReplica(r shard.ReplicaInfo) StatusReplica {
-	return StatusReplica{Shard: r.Shard, App: r.App, Slot: r.Slot, State: string(r.State), Error: r.Error, Lag: r.Lag}
+	sr := StatusReplica{Shard: r.Shard, App: r.App, Slot: r.Slot, State: string(r.State), Error: r.Error, Lag: r.Lag, Applied: uint64(r.Applied)}
+	if len(r.Offsets) > 0 {
+		sr.Offsets = make(map[string]uint64, len(r.Offsets))
+		for ch, id := range r.Offsets {
+			sr.Offsets[ch] = uint64(id)
+		}
+	}
+	return sr
 }
 
 func (s *server) status(w http.ResponseWriter, _ *http.Request) {

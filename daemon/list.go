@@ -186,33 +186,27 @@ func fillLag(ctx context.Context, snap allocator.Snapshot, rows []ShardRow, open
 			if r.Shard != row.ID || r.Slot != 0 {
 				continue
 			}
+			// The primary's own measurement (refreshed about every second)...
 			for ch, reported := range r.Lag {
-				lag := reported
-				off, haveOffset := r.Offsets[ch]
-				src := struct {
-					Channel string
-					Offset  uint64
-				}{ch, off}
-				if walOK && haveOffset {
-					last, seen := lastIDs[src.Channel]
-					if !seen {
-						var err error
-						last, err = lastID(ctx, opener, src.Channel)
-						if err != nil {
-							fmt.Fprintf(warn, "note: WAL: %v; showing the lag the primaries report\n", err)
-							walOK = false
-						} else {
-							lastIDs[src.Channel] = last
-						}
-					}
-					if walOK {
-						lag = int64(last) - int64(src.Offset)
-						if lag < 0 {
-							lag = 0
-						}
-					}
+				rows[i].Lag[ch] = reported
+			}
+			// ... replaced, where possible, by the WAL's last id now minus the
+			// offset the primary committed.
+			for ch, off := range r.Offsets {
+				if !walOK {
+					break
 				}
-				rows[i].Lag[src.Channel] = lag
+				last, seen := lastIDs[ch]
+				if !seen {
+					var err error
+					if last, err = lastID(ctx, opener, ch); err != nil {
+						fmt.Fprintf(warn, "note: WAL: %v; showing the lag the primaries report\n", err)
+						walOK = false
+						break
+					}
+					lastIDs[ch] = last
+				}
+				rows[i].Lag[ch] = max(0, int64(last)-int64(off))
 			}
 		}
 	}
