@@ -74,6 +74,7 @@ type server struct {
 
 	sess    atomic.Pointer[session]
 	exiting atomic.Bool
+	lone    atomic.Bool // exiting without a drain: no other member
 }
 
 // session is one member incarnation: a lease, its shard service.
@@ -190,6 +191,7 @@ func Serve(ctx context.Context, cfg ServeConfig, app shard.App, apps map[string]
 		s.exiting.Store(true)
 		if sess := s.sess.Load(); sess != nil && !othersToTakeOver(sess.member.KeySpace().Snapshot(), cfg.Zone, cfg.MemberID) {
 			log.Info("no other member to take over the shards; exiting without draining")
+			s.lone.Store(true)
 			cancelRun()
 			return
 		}
@@ -218,6 +220,9 @@ func Serve(ctx context.Context, cfg ServeConfig, app shard.App, apps map[string]
 		if why, ok := forced.Load().(string); ok {
 			log.Warn(why)
 			return exitCodeError{code: 1, err: errors.New(why)}
+		}
+		if s.lone.Load() {
+			return nil
 		}
 		if err == nil && s.exiting.Load() {
 			log.Info("drained: nothing assigned, exiting")

@@ -286,14 +286,33 @@ func TestFaults(t *testing.T) {
 	if out := c.mustRun(nil, "query", "--app", "wordcount", "--all"); out != want {
 		t.Fatalf("counts changed after matching the corpus: %s", diffCounts(out, want))
 	}
-	if v := strings.TrimSpace(c.mustRun(nil, "query", "--app", "wordcount", "--key", "w000")); v != fmt.Sprint(counts["w000"]) {
-		t.Fatalf("query --key w000 = %q, want %d", v, counts["w000"])
-	}
 	for _, m := range members {
 		if m.proc.exited() {
 			t.Errorf("member %s exited: %v", m.id, m.proc.err)
 		}
 	}
+	if v := strings.TrimSpace(c.mustRun(nil, "query", "--app", "wordcount", "--key", "w000")); v != fmt.Sprint(counts["w000"]) {
+		t.Fatalf("query --key w000 = %q, want %d", v, counts["w000"])
+	}
+	// SIGTERM drains a member make-before-break: it exits 0 once its shards
+	// moved, and nothing is lost or counted twice.
+	m3 := byID["m3"]
+	t.Logf("SIGTERM m3")
+	m3.proc.signal(syscall.SIGTERM)
+	select {
+	case <-m3.proc.done:
+	case <-time.After(40 * time.Second):
+		t.Fatalf("m3 did not exit within 40s of SIGTERM")
+	}
+	if m3.proc.err != nil {
+		t.Fatalf("m3 exited with %v after SIGTERM, want 0", m3.proc.err)
+	}
+	everyShardHasPrimary()
+	if out := c.mustRun(nil, "query", "--app", "wordcount", "--all"); out != want {
+		t.Fatalf("counts changed by the drain: %s", diffCounts(out, want))
+	}
+	c.start(m3)
+
 	// The zombies rejoined under new leases: three live members.
 	waitFor(t, 30*time.Second, "three members in `members list`", func() (bool, string) {
 		out, err := c.run(nil, "members", "list", "-o", "json")
