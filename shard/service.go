@@ -139,6 +139,9 @@ func (s *Service) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-s.cfg.Member.Done():
+			if ctx.Err() != nil {
+				return nil // shutting down: the member was closed after us
+			}
 			s.logger.Error("member lease lost: halting every replica")
 			cancel()
 			s.stopAll()
