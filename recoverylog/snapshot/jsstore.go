@@ -1,0 +1,181 @@
+package snapshot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// JetStreamConfig configures a JetStream object store.
+type JetStreamConfig struct {
+	// Bucket is the object-store bucket ([A-Za-z0-9_-]+); see BucketName.
+	Bucket string
+	// Replicas is the bucket's replication on a NATS cluster (0 or 1: one copy).
+	Replicas int
+}
+
+// BucketName derives the snapshot bucket of an etcd prefix: the prefix
+// without slashes, other characters outside [A-Za-z0-9_-] replaced by '_',
+// plus "-snapshots" ("/consumerd" gives "consumerd-snapshots"). One bucket
+// per prefix keeps clusters sharing a NATS apart.
+func BucketName(prefix string) string {
+	p := strings.Trim(prefix, "/")
+	var b strings.Builder
+	for _, r := range p {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+	}
+	if b.Len() == 0 {
+		b.WriteString("consumerd")
+	}
+	return b.String() + "-snapshots"
+}
+
+// JetStreamStore is a Store in a NATS JetStream object-store bucket (the
+// default store: snapshots live on the same NATS as the WAL). The object
+// store chunks objects and checks each object's SHA-256 digest on read; a
+// Put replaces an object atomically (its metadata is published last).
+type JetStreamStore struct {
+	obs    jetstream.ObjectStore
+	bucket string
+	nc     *nats.Conn // owned when dialled by DialJetStreamStore
+}
+
+// NewJetStreamStore binds (creating if missing) the bucket on js. The
+// caller keeps owning js's connection.
+func NewJetStreamStore(ctx context.Context, js jetstream.JetStream, cfg JetStreamConfig) (*JetStreamStore, error) {
+	if cfg.Bucket == "" {
+		return nil, errors.New("snapshot: jetstream store: no bucket given")
+	}
+	obs, err := js.ObjectStore(ctx, cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		obs, err = js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{
+			Bucket:      cfg.Bucket,
+			Description: "consumerd shard snapshots",
+			Storage:     jetstream.FileStorage,
+			Replicas:    max(cfg.Replicas, 1),
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			obs, err = js.ObjectStore(ctx, cfg.Bucket)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: jetstream object store bucket %q: %w", cfg.Bucket, err)
+	}
+	return &JetStreamStore{obs: obs, bucket: cfg.Bucket}, nil
+}
+
+// DialJetStreamStore connects to the NATS server at url and binds the
+// bucket; Close closes the connection.
+func DialJetStreamStore(ctx context.Context, url string, cfg JetStreamConfig) (*JetStreamStore, error) {
+	nc, err := nats.Connect(url, nats.Name("consumerd-snapshots"))
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: connect to NATS at %s: %w", url, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("snapshot: jetstream at %s: %w", url, err)
+	}
+	s, err := NewJetStreamStore(ctx, js, cfg)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("%w (NATS at %s)", err, url)
+	}
+	s.nc = nc
+	return s, nil
+}
+
+// Bucket is the bucket name.
+func (s *JetStreamStore) Bucket() string { return s.bucket }
+
+// Close closes the NATS connection if the store dialled it.
+func (s *JetStreamStore) Close() {
+	if s.nc != nil {
+		s.nc.Close()
+	}
+}
+
+func (s *JetStreamStore) wrap(op, name string, err error) error {
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return fmt.Errorf("snapshot: %s %s in bucket %s: %w", op, name, s.bucket, ErrNotFound)
+	}
+	return fmt.Errorf("snapshot: %s %s in bucket %s: %w", op, name, s.bucket, err)
+}
+
+// Put implements Store.
+func (s *JetStreamStore) Put(ctx context.Context, name string, r io.Reader, size int64) error {
+	if err := ValidName(name); err != nil {
+		return err
+	}
+	_, err := s.obs.Put(ctx, jetstream.ObjectMeta{Name: name}, &exactReader{r: r, left: size, name: name})
+	if err != nil {
+		return s.wrap("put", name, err)
+	}
+	return nil
+}
+
+// Get implements Store. Reading the object to its end verifies the object
+// store's own digest (a mismatch is a read error).
+func (s *JetStreamStore) Get(ctx context.Context, name string) (io.ReadCloser, error) {
+	if err := ValidName(name); err != nil {
+		return nil, err
+	}
+	res, err := s.obs.Get(ctx, name)
+	if err != nil {
+		return nil, s.wrap("get", name, err)
+	}
+	return res, nil
+}
+
+// Stat implements Store.
+func (s *JetStreamStore) Stat(ctx context.Context, name string) (ObjectInfo, error) {
+	if err := ValidName(name); err != nil {
+		return ObjectInfo{}, err
+	}
+	info, err := s.obs.GetInfo(ctx, name)
+	if err != nil {
+		return ObjectInfo{}, s.wrap("stat", name, err)
+	}
+	return ObjectInfo{Name: info.Name, Size: int64(info.Size)}, nil
+}
+
+// List implements Store.
+func (s *JetStreamStore) List(ctx context.Context, prefix string) ([]ObjectInfo, error) {
+	infos, err := s.obs.List(ctx)
+	if errors.Is(err, jetstream.ErrNoObjectsFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: list %q in bucket %s: %w", prefix, s.bucket, err)
+	}
+	var out []ObjectInfo
+	for _, in := range infos {
+		if in.Deleted || !strings.HasPrefix(in.Name, prefix) {
+			continue
+		}
+		out = append(out, ObjectInfo{Name: in.Name, Size: int64(in.Size)})
+	}
+	return out, nil
+}
+
+// Delete implements Store.
+func (s *JetStreamStore) Delete(ctx context.Context, name string) error {
+	if err := ValidName(name); err != nil {
+		return err
+	}
+	err := s.obs.Delete(ctx, name)
+	if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+		return s.wrap("delete", name, err)
+	}
+	return nil
+}
