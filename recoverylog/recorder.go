@@ -101,6 +101,7 @@ type Recorder struct {
 	mu      sync.Mutex
 	queue   []*Commit // unapplied commits, in chain order
 	applied Position
+	bytes   int64 // bytes of records applied so far
 	err     error
 	closed  bool
 }
@@ -122,6 +123,14 @@ func (r *Recorder) Position() Position {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.applied
+}
+
+// AppliedBytes is the total size of the records this Recorder appended and
+// applied so far (e.g. to snapshot every N bytes of log).
+func (r *Recorder) AppliedBytes() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.bytes
 }
 
 // Err is the error that broke the Recorder, or nil.
@@ -253,6 +262,7 @@ func (r *Recorder) drain() {
 			continue
 		}
 		r.applied = c.pos
+		r.bytes += int64(c.size)
 		appendedBytesTotal.WithLabelValues(r.shard).Add(float64(c.size))
 		c.resolve(nil)
 	}
