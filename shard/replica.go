@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/consumerd/consumerd/allocator"
 	"github.com/consumerd/consumerd/recoverylog"
+	"github.com/consumerd/consumerd/recoverylog/snapshot"
 	"github.com/consumerd/consumerd/wal"
 	"github.com/consumerd/consumerd/wal/message"
 )
@@ -290,6 +290,8 @@ func (r *replica) lifecycle(ctx context.Context) error {
 	r.position = rec.Position
 	r.mu.Unlock()
 	r.logger.Info("handoff complete", "term", term, "position", rec.Position().String(), "took", time.Since(start))
+	stopSnapshots := r.startSnapshots(ctx, sdb, rec, w, a)
+	defer stopSnapshots()
 	return r.runPrimary(ctx, sdb, consumer, rec)
 }
 
@@ -326,6 +328,9 @@ func (p *player) stop() {
 // caught up. A local database whose position the log no longer has (the log
 // was truncated past it) is wiped and rebuilt once.
 func (r *replica) replay(ctx context.Context, dir string, c Consumer, rlog wal.WAL) (*shardDB, *player, error) {
+	if _, err := r.restoreSnapshot(ctx, dir, c, true); err != nil && !errors.Is(err, snapshot.ErrNoSnapshot) {
+		return nil, nil, fmt.Errorf("restore snapshot: %w", err)
+	}
 	for attempt := 0; ; attempt++ {
 		sdb, err := openShardDB(dir, c, r.logger)
 		if err != nil {
@@ -361,10 +366,9 @@ func (r *replica) replay(ctx context.Context, dir string, c Consumer, rlog wal.W
 			if err == nil {
 				err = errors.New("player stopped before catching up")
 			}
-			if attempt == 0 && pos != (recoverylog.Position{}) && errors.Is(err, wal.ErrTruncated) {
-				r.logger.Warn("local database is behind the truncated recovery log: rebuilding", "position", pos.String(), "error", err)
-				if rmErr := os.RemoveAll(dir); rmErr != nil {
-					return nil, nil, fmt.Errorf("wipe stale shard database %s: %w", dir, rmErr)
+			if attempt == 0 && errors.Is(err, wal.ErrTruncated) {
+				if rerr := r.recoverTruncated(ctx, dir, c, pos, err); rerr != nil {
+					return nil, nil, rerr
 				}
 				continue
 			}

@@ -54,6 +54,9 @@ type Config struct {
 	LagInterval time.Duration
 	// Logger receives structured logs (nil: discard).
 	Logger hclog.Logger
+	// Snapshots, when set, enable snapshots, restore from them and
+	// recovery-log truncation (see SnapshotOptions). Nil: none.
+	Snapshots *SnapshotOptions
 }
 
 // ReplicaInfo is one local replica as Service.Status reports it.

@@ -13,9 +13,11 @@ import (
 
 	"github.com/consumerd/consumerd/allocator"
 	"github.com/consumerd/consumerd/examples/wordcount"
+	"github.com/consumerd/consumerd/recoverylog"
 	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/shard/shardtest"
 	"github.com/consumerd/consumerd/topic"
+	"github.com/consumerd/consumerd/wal"
 	"github.com/consumerd/consumerd/wal/message"
 	"github.com/consumerd/consumerd/wal/walimpls/memory"
 )
@@ -189,5 +191,52 @@ func TestFailedReplicaRestartsOnNewAssignment(t *testing.T) {
 	e.Assign(n, spec.ID, 0)
 	if d := shardtest.DiffCounts(e.Counts(n, spec), wordcount.Count(lines)); d != "" {
 		t.Fatalf("after restart: %s", d)
+	}
+}
+
+// TestTruncatedRecoveryLog: once the recovery log was truncated, a replica
+// whose local DB is still at a retained position resumes from it (exact
+// counts), while a replica with no usable DB cannot rebuild the state and
+// fails with a truncation error instead of starting from a partial state.
+func TestTruncatedRecoveryLog(t *testing.T) {
+	e := shardtest.NewCluster(t, memory.NewBuilder(), wordcount.App())
+	spec := shardtest.WordcountSpec("wc-0", 0, 0)
+	e.PutSpec(spec)
+	lines := shardtest.Corpus(12, 40)
+	e.Publish(0, lines[:30]...)
+	dirA := t.TempDir()
+	a := e.StartNode("a", dirA)
+	e.Assign(a, spec.ID, 0)
+	if d := shardtest.DiffCounts(e.Counts(a, spec), wordcount.Count(lines[:30])); d != "" {
+		t.Fatal(d)
+	}
+	a.Kill()
+
+	rl, err := e.Opener.Open(context.Background(), &wal.OpenOption{Channel: recoverylog.Channel(spec.ID)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, err := rl.LastID(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rl.Truncate(context.Background(), last); err != nil { // keep only the last record
+		t.Fatal(err)
+	}
+	rl.Close()
+
+	b := e.StartNode("b", t.TempDir()) // empty DB: the log no longer starts at the beginning
+	e.Assign(b, spec.ID, 0)
+	st := e.WaitState(b, spec.ID, 0, allocator.StateFailed)
+	if !strings.Contains(st.Error, "truncated") {
+		t.Fatalf("fresh replica failed with %q, want a truncation error", st.Error)
+	}
+	b.Kill()
+
+	e.Publish(0, lines[30:]...)
+	c := e.StartNode("c", dirA) // a's DB is at the last record: still in the log
+	e.Assign(c, spec.ID, 0)
+	if d := shardtest.DiffCounts(e.Counts(c, spec), wordcount.Count(lines)); d != "" {
+		t.Fatalf("resumed from the local DB: %s", d)
 	}
 }

@@ -54,9 +54,13 @@ type Spec struct {
 	// Labels are free-form key/value pairs for operators.
 	Labels map[string]string `json:"labels,omitempty"`
 	// SnapshotIntervalBytes is how many bytes of recovery log the primary
-	// writes between snapshots (0: no snapshots).
+	// writes between snapshots (0: DefaultSnapshotIntervalBytes, 64 MiB).
+	// Snapshots are taken only when the service has a snapshot store
+	// (Config.Snapshots).
 	SnapshotIntervalBytes int64 `json:"snapshot_interval_bytes,omitempty"`
-	// SnapshotsKept is how many snapshots are retained (0: the default).
+	// SnapshotsKept is how many snapshots are retained (0:
+	// DefaultSnapshotsKept, 2); the recovery log is truncated before the
+	// oldest one kept.
 	SnapshotsKept int `json:"snapshots_kept,omitempty"`
 }
 

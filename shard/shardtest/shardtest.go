@@ -75,6 +75,8 @@ type Cluster struct {
 	TxnMaxMessages int
 	// Logger logs to the test log at warn level.
 	Logger hclog.Logger
+	// Snapshots, when set, is the snapshot configuration of nodes started later.
+	Snapshots *shard.SnapshotOptions
 }
 
 // NewCluster starts a cluster whose assignments the test writes.
@@ -184,7 +186,7 @@ func (e *Cluster) StartNodeApps(id, dir string, apps map[string]shard.App) *Node
 	n.Service = shard.NewService(shard.Config{
 		Member: m, Opener: op, DataDir: dir, Apps: apps,
 		TxnMaxMessages: e.TxnMaxMessages, LagInterval: 20 * time.Millisecond,
-		Logger: e.Logger.Named(id),
+		Logger: e.Logger.Named(id), Snapshots: e.Snapshots,
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
