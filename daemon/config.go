@@ -26,6 +26,7 @@ type ServeConfig struct {
 	Limit         int
 	DataDir       string
 	HTTPAddr      string
+	HTTPAdvertise string
 	App           string
 	LogLevel      string
 	LogFormat     string
@@ -69,6 +70,7 @@ func (c *ServeConfig) bindFlags(fs *pflag.FlagSet, defaultApp string) {
 	fs.IntVar(&c.Limit, "member.limit", 1024, "most shard replicas this member holds")
 	fs.StringVar(&c.DataDir, "data-dir", "./consumerd-data", "directory for shard databases (and the embedded servers' data)")
 	fs.StringVar(&c.HTTPAddr, "http.addr", "127.0.0.1:8080", "HTTP listen address: /metrics /livez /readyz /v1/status /v1/query; also the member's advertised endpoint")
+	fs.StringVar(&c.HTTPAdvertise, "http.advertise", "", "URL other members and the CLI use to reach this member (default: http://<http.addr>, a wildcard host replaced by the host name)")
 	fs.StringVar(&c.App, "app", defaultApp, "built-in application whose shards this member runs")
 	fs.StringVar(&c.LogLevel, "log.level", "info", "log level: trace, debug, info, warn, error")
 	fs.StringVar(&c.LogFormat, "log.format", "text", "log format: text or json")
@@ -130,6 +132,11 @@ func (c *ServeConfig) Validate() error {
 	if _, port, err := net.SplitHostPort(c.HTTPAddr); err != nil || port == "" {
 		bad("http.addr", "%q is not host:port", c.HTTPAddr)
 	}
+	if c.HTTPAdvertise != "" {
+		if u, err := url.Parse(c.HTTPAdvertise); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+			bad("http.advertise", "%q is not a URL like http://host:8080", c.HTTPAdvertise)
+		}
+	}
 	if c.App == "" {
 		bad("app", "must not be empty")
 	}
@@ -165,6 +172,23 @@ func (c *ServeConfig) Validate() error {
 		msgs[i] = e.Error()
 	}
 	return errors.New(strings.Join(msgs, "; "))
+}
+
+// advertiseURL is the endpoint announced for a listener bound at addr.
+func advertiseURL(flag string, addr net.Addr, hostname func() (string, error)) string {
+	if flag != "" {
+		return strings.TrimSuffix(flag, "/")
+	}
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return "http://" + addr.String()
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		if h, err := hostname(); err == nil && h != "" {
+			host = h
+		}
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }
 
 // validID mirrors allocator.ValidID ([A-Za-z0-9._-]+) without importing it

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -110,6 +111,7 @@ func TestServeConfigValidate(t *testing.T) {
 		{[]string{"--member.zone", ""}, "--member.zone"},
 		{[]string{"--member.limit", "-1"}, "--member.limit"},
 		{[]string{"--http.addr", "8080"}, "--http.addr"},
+		{[]string{"--http.advertise", "node7:8080"}, "--http.advertise"},
 		{[]string{"--log.level", "loud"}, "--log.level"},
 		{[]string{"--log.format", "xml"}, "--log.format"},
 		{[]string{"--shutdown-timeout", "0s"}, "--shutdown-timeout"},
@@ -135,6 +137,24 @@ func TestServeConfigValidate(t *testing.T) {
 // TestParseApplyFile runs every testdata/apply/<name>.{yaml,json} through
 // parseApplyFile and compares with <name>.golden: the parsed entries as
 // JSON, or "error: <message>".
+func TestAdvertiseURL(t *testing.T) {
+	host := func() (string, error) { return "node7", nil }
+	for _, tc := range []struct{ flag, addr, want string }{
+		{"", "127.0.0.1:8080", "http://127.0.0.1:8080"},
+		{"", "0.0.0.0:8080", "http://node7:8080"},
+		{"", "[::]:9000", "http://node7:9000"},
+		{"https://lb.example:443/", "0.0.0.0:8080", "https://lb.example:443"},
+	} {
+		addr, err := net.ResolveTCPAddr("tcp", tc.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := advertiseURL(tc.flag, addr, host); got != tc.want {
+			t.Errorf("advertiseURL(%q, %s) = %q, want %q", tc.flag, tc.addr, got, tc.want)
+		}
+	}
+}
+
 func TestParseApplyFile(t *testing.T) {
 	apps := map[string]shard.App{"wordcount": wordcount.App()}
 	files, _ := filepath.Glob("testdata/apply/*.*")

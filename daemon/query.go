@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"sort"
+	"time"
 
 	"github.com/spf13/cobra"
 )
@@ -21,7 +22,8 @@ func newQueryCommand(opts Options) *cobra.Command {
 merges the answers with the app's Merge (wordcount sums the counts).
   --key K   prints K's merged value; exit 1 when no shard has K
   --all     prints every key and its merged value, "key value" per line, sorted by key
-A shard without a serving primary is an error: the answer is never partial.`,
+A shard without a serving primary is an error (after retrying for --dial-timeout,
+as during a failover): the answer is never partial.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			app, err := opts.app(appName)
@@ -37,15 +39,30 @@ A shard without a serving primary is an error: the answer is never partial.`,
 				return err
 			}
 			defer cli.Close()
-			snap, err := loadSnapshot(ctx, cli, cf.etcdPrefix)
-			if err != nil {
-				return err
-			}
-			qctx, cancel := context.WithTimeout(ctx, 4*cf.dialTimeout)
-			defer cancel()
-			vals, err := gather(qctx, &http.Client{Timeout: 4 * cf.dialTimeout}, snap, app, key, all)
-			if err != nil {
-				return err
+			// A shard may be between primaries (failover, handoff): retry
+			// with a fresh view of the keyspace until --dial-timeout passed.
+			hc := &http.Client{Timeout: 4 * cf.dialTimeout}
+			deadline := time.Now().Add(cf.dialTimeout)
+			var vals map[string]string
+			for {
+				snap, err := loadSnapshot(ctx, cli, cf.etcdPrefix)
+				if err != nil {
+					return err
+				}
+				qctx, cancel := context.WithTimeout(ctx, 4*cf.dialTimeout)
+				vals, err = gather(qctx, hc, snap, app, key, all)
+				cancel()
+				if err == nil {
+					break
+				}
+				if time.Now().After(deadline) || ctx.Err() != nil {
+					return err
+				}
+				select {
+				case <-ctx.Done():
+					return err
+				case <-time.After(250 * time.Millisecond):
+				}
 			}
 			if all {
 				return writeKeyValues(cmd.OutOrStdout(), vals)

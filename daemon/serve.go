@@ -97,7 +97,7 @@ func Serve(ctx context.Context, cfg ServeConfig, app shard.App, apps map[string]
 		return fmt.Errorf("--http.addr %s: %w", cfg.HTTPAddr, err)
 	}
 	defer ln.Close()
-	s.endpoint = "http://" + ln.Addr().String()
+	s.endpoint = advertiseURL(cfg.HTTPAdvertise, ln.Addr(), os.Hostname)
 
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return fmt.Errorf("--data-dir %s: %w", cfg.DataDir, err)
@@ -255,6 +255,22 @@ func quieter(cfg ServeConfig, out interface{ Write([]byte) (int, error) }) hclog
 	return newLogger(level, cfg.LogFormat, out)
 }
 
+// holderTTL is the granted TTL of the lease holding this member's key (or
+// our own --etcd.lease-ttl when it cannot be read).
+func (s *server) holderTTL(ctx context.Context) time.Duration {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := s.client.Get(ctx, allocator.MemberKey(s.cfg.EtcdPrefix, s.cfg.Zone, s.cfg.MemberID))
+	if err != nil || len(resp.Kvs) == 0 || resp.Kvs[0].Lease == 0 {
+		return s.cfg.LeaseTTL
+	}
+	ttl, err := s.client.TimeToLive(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
+	if err != nil || ttl.GrantedTTL <= 0 {
+		return s.cfg.LeaseTTL
+	}
+	return time.Duration(ttl.GrantedTTL) * time.Second
+}
+
 // othersToTakeOver reports whether a member other than zone/id, and not
 // exiting, is in the cluster (a lone member's drain could never finish).
 func othersToTakeOver(snap allocator.Snapshot, zone, id string) bool {
@@ -326,7 +342,7 @@ func (s *server) newMember(ctx context.Context) (*allocator.Member, error) {
 		DecodeItem: shard.DecodeSpec,
 		Logger:     s.log,
 	}
-	logged := false
+	var deadline time.Time
 	for {
 		m, err := allocator.NewMember(ctx, cfg)
 		if err == nil {
@@ -335,10 +351,17 @@ func (s *server) newMember(ctx context.Context) (*allocator.Member, error) {
 		if !errors.Is(err, allocator.ErrMemberExists) {
 			return nil, fmt.Errorf("joining as member %s/%s: %w", s.cfg.Zone, s.cfg.MemberID, err)
 		}
-		if !logged {
+		if deadline.IsZero() {
+			// A previous incarnation (killed within its lease TTL) holds the
+			// key until its lease expires; a live process with the same id
+			// keeps renewing it. Wait for the holder's granted TTL, plus slack.
+			ttl := s.holderTTL(ctx)
+			deadline = time.Now().Add(ttl + 5*time.Second)
 			s.log.Warn("member key held by a previous incarnation; waiting for its lease to expire",
-				"member", s.cfg.MemberID, "zone", s.cfg.Zone, "lease_ttl", s.cfg.LeaseTTL)
-			logged = true
+				"member", s.cfg.MemberID, "zone", s.cfg.Zone, "holder_lease_ttl", ttl)
+		} else if time.Now().After(deadline) {
+			return nil, fmt.Errorf("member id %q in zone %q is held by another live process (its lease keeps being renewed); give each member a distinct --member.id: %w",
+				s.cfg.MemberID, s.cfg.Zone, err)
 		}
 		select {
 		case <-ctx.Done():
