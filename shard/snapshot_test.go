@@ -1,0 +1,226 @@
+package shard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/consumerd/consumerd/allocator"
+	"github.com/consumerd/consumerd/examples/wordcount"
+	"github.com/consumerd/consumerd/recoverylog"
+	"github.com/consumerd/consumerd/recoverylog/snapshot"
+	"github.com/consumerd/consumerd/shard"
+	"github.com/consumerd/consumerd/shard/shardtest"
+	"github.com/consumerd/consumerd/wal"
+	"github.com/consumerd/consumerd/wal/walimpls/memory"
+)
+
+// snapshotCluster is a cluster whose nodes snapshot to a directory store
+// every 1 KiB of recovery log, keeping 2.
+func snapshotCluster(t *testing.T) (*shardtest.Cluster, *snapshot.DirStore, *shard.Spec) {
+	e := shardtest.NewCluster(t, memory.NewBuilder(), wordcount.App())
+	st, err := snapshot.NewDirStore(filepath.Join(t.TempDir(), "snapshots"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Snapshots = &shard.SnapshotOptions{Store: st, Etcd: e.Client, CheckInterval: 10 * time.Millisecond}
+	spec := shardtest.WordcountSpec("wc-0", 0, 0)
+	spec.SnapshotIntervalBytes = 1024
+	spec.SnapshotsKept = 2
+	e.PutSpec(spec)
+	return e, st, spec
+}
+
+// logTruncated reports whether the shard's recovery log no longer starts at
+// its first record.
+func logTruncated(t *testing.T, e *shardtest.Cluster, shardID string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	w, err := e.Opener.Open(ctx, &wal.OpenOption{Channel: recoverylog.Channel(shardID)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	sc, err := w.Read(ctx, wal.ReadOption{VChannel: "test", DeliverPolicy: wal.DeliverStartAfter(0)})
+	if err != nil {
+		return errors.Is(err, wal.ErrTruncated)
+	}
+	defer sc.Close()
+	select {
+	case _, ok := <-sc.Chan():
+		if ok {
+			return false
+		}
+		<-sc.Done()
+		return errors.Is(sc.Error(), wal.ErrTruncated)
+	case <-ctx.Done():
+		t.Fatal("recovery log read timed out")
+		return false
+	}
+}
+
+// runUntilTruncated publishes batches to the primary on n until the
+// shard's log was truncated behind a snapshot, and returns every line
+// published (prior ones included).
+func runUntilTruncated(t *testing.T, e *shardtest.Cluster, n *shardtest.Node, spec *shard.Spec, prior ...string) []string {
+	lines := append([]string(nil), prior...)
+	for round := 0; ; round++ {
+		batch := shardtest.Corpus(100+round, 30)
+		e.Publish(0, batch...)
+		lines = append(lines, batch...)
+		if d := shardtest.DiffCounts(e.Counts(n, spec), wordcount.Count(lines)); d != "" {
+			t.Fatalf("primary counts: %s", d)
+		}
+		_, ok, err := snapshot.LoadPointer(context.Background(), e.Client, e.Prefix, spec.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok && logTruncated(t, e, spec.ID) {
+			return lines
+		}
+		if round > 200 {
+			t.Fatal("no snapshot truncated the recovery log")
+		}
+	}
+}
+
+// TestSnapshotRestoreOnFreshMember: the primary snapshots and truncates
+// its log; a member with a fresh data dir restores the snapshot, replays
+// the log after it, and carries on with exact counts.
+func TestSnapshotRestoreOnFreshMember(t *testing.T) {
+	e, _, spec := snapshotCluster(t)
+	a := e.StartNode("a", t.TempDir())
+	e.Assign(a, spec.ID, 0)
+	e.WaitState(a, spec.ID, 0, allocator.StatePrimary)
+	lines := runUntilTruncated(t, e, a, spec)
+	tail := shardtest.Corpus(7, 10)
+	e.Publish(0, tail...)
+	lines = append(lines, tail...)
+	if d := shardtest.DiffCounts(e.Counts(a, spec), wordcount.Count(lines)); d != "" {
+		t.Fatalf("primary counts: %s", d)
+	}
+	a.Kill()
+
+	b := e.StartNode("b", t.TempDir())
+	e.Assign(b, spec.ID, 0)
+	e.WaitState(b, spec.ID, 0, allocator.StatePrimary)
+	more := shardtest.Corpus(8, 20)
+	e.Publish(0, more...)
+	lines = append(lines, more...)
+	if d := shardtest.DiffCounts(e.Counts(b, spec), wordcount.Count(lines)); d != "" {
+		t.Fatalf("counts after restore on a fresh member: %s", d)
+	}
+}
+
+// TestSnapshotRestoresStaleLocalDB: a member whose local database is
+// behind the truncated log restores the snapshot instead of failing, and a
+// member whose database is ahead of the snapshot reuses it.
+func TestSnapshotRestoresStaleLocalDB(t *testing.T) {
+	e, _, spec := snapshotCluster(t)
+	dirB := t.TempDir()
+	a := e.StartNode("a", t.TempDir())
+	b := e.StartNode("b", dirB)
+	e.Assign(a, spec.ID, 0)
+	e.WaitState(a, spec.ID, 0, allocator.StatePrimary)
+	first := shardtest.Corpus(9, 10)
+	e.Publish(0, first...)
+	e.Assign(b, spec.ID, 1)
+	e.WaitState(b, spec.ID, 1, allocator.StateStandby)
+	b.Kill() // b's database stays at an early position
+	lines := runUntilTruncated(t, e, a, spec, first...)
+	a.Kill()
+
+	b2 := e.StartNode("b", dirB)
+	e.Assign(b2, spec.ID, 0)
+	e.WaitState(b2, spec.ID, 0, allocator.StatePrimary)
+	if d := shardtest.DiffCounts(e.Counts(b2, spec), wordcount.Count(lines)); d != "" {
+		t.Fatalf("counts after restoring over a stale local DB: %s", d)
+	}
+	more := shardtest.Corpus(10, 15)
+	e.Publish(0, more...)
+	lines = append(lines, more...)
+	if d := shardtest.DiffCounts(e.Counts(b2, spec), wordcount.Count(lines)); d != "" {
+		t.Fatalf("counts: %s", d)
+	}
+	b2.Kill()
+	// Restart on the same dir: the local DB is ahead of the newest snapshot.
+	b3 := e.StartNode("b", dirB)
+	e.Assign(b3, spec.ID, 0)
+	e.WaitState(b3, spec.ID, 0, allocator.StatePrimary)
+	if d := shardtest.DiffCounts(e.Counts(b3, spec), wordcount.Count(lines)); d != "" {
+		t.Fatalf("counts after reusing the local DB: %s", d)
+	}
+}
+
+// TestSnapshotNoneUsableFails: with the log truncated and every snapshot
+// gone, a fresh member goes FAILED with a clear error instead of serving
+// wrong state.
+func TestSnapshotNoneUsableFails(t *testing.T) {
+	e, st, spec := snapshotCluster(t)
+	a := e.StartNode("a", t.TempDir())
+	e.Assign(a, spec.ID, 0)
+	e.WaitState(a, spec.ID, 0, allocator.StatePrimary)
+	runUntilTruncated(t, e, a, spec)
+	a.Kill()
+	objs, err := st.List(context.Background(), spec.ID+"/")
+	if err != nil || len(objs) == 0 {
+		t.Fatalf("store objects: %v, %v", objs, err)
+	}
+	for _, o := range objs {
+		if err := st.Delete(context.Background(), o.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := e.StartNode("c", t.TempDir())
+	e.Assign(c, spec.ID, 0)
+	status := e.WaitState(c, spec.ID, 0, allocator.StateFailed)
+	if !strings.Contains(status.Error, "no usable snapshot") || !strings.Contains(status.Error, "truncated") {
+		t.Fatalf("FAILED with %q, want it to say the log is truncated and no snapshot is usable", status.Error)
+	}
+}
+
+// TestSnapshotFailureDoesNotFailShard: snapshots that keep failing (here
+// at the upload) are logged and retried; the primary keeps consuming.
+func TestSnapshotFailureDoesNotFailShard(t *testing.T) {
+	e, st, spec := snapshotCluster(t)
+	attempts := make(chan struct{}, 100)
+	e.Snapshots.Hook = func(shardID string, step snapshot.Step) error {
+		if step == snapshot.StepUpload {
+			select {
+			case attempts <- struct{}{}:
+			default:
+			}
+			return fmt.Errorf("injected upload failure of %s", shardID)
+		}
+		return nil
+	}
+	a := e.StartNode("a", t.TempDir())
+	e.Assign(a, spec.ID, 0)
+	e.WaitState(a, spec.ID, 0, allocator.StatePrimary)
+	var lines []string
+	for round := 0; len(attempts) < 2; round++ {
+		if round > 100 {
+			t.Fatal("no snapshot was attempted")
+		}
+		batch := shardtest.Corpus(200+round, 30)
+		e.Publish(0, batch...)
+		lines = append(lines, batch...)
+		if d := shardtest.DiffCounts(e.Counts(a, spec), wordcount.Count(lines)); d != "" {
+			t.Fatalf("counts: %s", d)
+		}
+	}
+	if st, ok := e.Status(a, spec.ID, 0); !ok || st.State != allocator.StatePrimary {
+		t.Fatalf("status %+v after failed snapshots, want PRIMARY", st)
+	}
+	if _, ok, _ := snapshot.LoadPointer(context.Background(), e.Client, e.Prefix, spec.ID); ok {
+		t.Fatal("a pointer was published although every snapshot failed")
+	}
+	if logTruncated(t, e, spec.ID) {
+		t.Fatal("the log was truncated although no snapshot succeeded")
+	}
+	_ = st
+}
