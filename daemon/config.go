@@ -30,6 +30,10 @@ type ServeConfig struct {
 	App           string
 	LogLevel      string
 	LogFormat     string
+	// SnapshotStore is "jetstream" (object store on the WAL's NATS), "dir"
+	// (SnapshotDir) or "none".
+	SnapshotStore string
+	SnapshotDir   string
 
 	ShutdownTimeout time.Duration
 
@@ -72,6 +76,8 @@ func (c *ServeConfig) bindFlags(fs *pflag.FlagSet, defaultApp string) {
 	fs.StringVar(&c.HTTPAddr, "http.addr", "127.0.0.1:8080", "HTTP listen address: /metrics /livez /readyz /v1/status /v1/query; also the member's advertised endpoint")
 	fs.StringVar(&c.HTTPAdvertise, "http.advertise", "", "URL other members and the CLI use to reach this member (default: http://<http.addr>, a wildcard host replaced by the host name)")
 	fs.StringVar(&c.App, "app", defaultApp, "built-in application whose shards this member runs")
+	fs.StringVar(&c.SnapshotStore, "snapshot.store", "jetstream", "where shard snapshots go: 'jetstream' (object store on the WAL's NATS), 'dir' (--snapshot.dir, e.g. a shared filesystem) or 'none' (no snapshots; the recovery logs are never truncated)")
+	fs.StringVar(&c.SnapshotDir, "snapshot.dir", "", "directory of the snapshot store when --snapshot.store=dir")
 	fs.StringVar(&c.LogLevel, "log.level", "info", "log level: trace, debug, info, warn, error")
 	fs.StringVar(&c.LogFormat, "log.format", "text", "log format: text or json")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 60*time.Second, "on SIGTERM/SIGINT, how long to wait for the shards to move elsewhere before exiting anyway (non-zero exit)")
@@ -116,6 +122,15 @@ func (c *ServeConfig) Validate() error {
 	}
 	if c.WALReplicas < 1 || c.WALReplicas > 5 {
 		bad("wal.replicas", "%d must be between 1 and 5", c.WALReplicas)
+	}
+	switch c.SnapshotStore {
+	case "jetstream", "none":
+	case "dir":
+		if c.SnapshotDir == "" {
+			bad("snapshot.dir", "must be set when --snapshot.store=dir")
+		}
+	default:
+		bad("snapshot.store", "%q must be 'jetstream', 'dir' or 'none'", c.SnapshotStore)
 	}
 	if err := validID(c.MemberID); err != nil {
 		bad("member.id", "%v", err)

@@ -53,7 +53,11 @@ nothing, or 1 after --shutdown-timeout. A second signal exits at once.`,
 			}
 			sigs, stop := opts.signals()
 			defer stop()
-			return Serve(cmd.Context(), cfg, app, opts.appMap(), opts.Stderr, sigs)
+			var hardExit func()
+			if opts.Signals == nil { // real signals: a second one ends the process at once
+				hardExit = func() { os.Exit(1) }
+			}
+			return Serve(cmd.Context(), cfg, app, opts.appMap(), opts.Stderr, sigs, hardExit)
 		},
 	}
 	cfg.bindFlags(cmd.Flags(), defaultApp)
@@ -63,14 +67,16 @@ nothing, or 1 after --shutdown-timeout. A second signal exits at once.`,
 // server is one serve process: its backends, its HTTP server, and the current
 // member session (replaced when a lease is lost and the member rejoins).
 type server struct {
-	cfg      ServeConfig
-	app      shard.App
-	apps     map[string]shard.App
-	log      hclog.Logger
-	client   *clientv3.Client
-	opener   wal.Opener
-	endpoint string
-	http     *http.Client
+	cfg    ServeConfig
+	app    shard.App
+	apps   map[string]shard.App
+	log    hclog.Logger
+	client *clientv3.Client
+	opener wal.Opener
+	// snapshots configure shard snapshots (nil: --snapshot.store=none).
+	snapshots *shard.SnapshotOptions
+	endpoint  string
+	http      *http.Client
 
 	sess    atomic.Pointer[session]
 	exiting atomic.Bool
@@ -87,7 +93,11 @@ type session struct {
 // Serve runs a member until it drained after a signal on sigs (nil error),
 // ctx is cancelled (nil), or a fatal error. It is what `consumerd serve`
 // runs; out receives the logs.
-func Serve(ctx context.Context, cfg ServeConfig, app shard.App, apps map[string]shard.App, out interface{ Write([]byte) (int, error) }, sigs <-chan os.Signal) error {
+//
+// A first signal on sigs drains the member; a second one calls hardExit
+// (the command passes os.Exit(1) for real signals), or, when it is nil,
+// stops without draining but still tears down in order.
+func Serve(ctx context.Context, cfg ServeConfig, app shard.App, apps map[string]shard.App, out interface{ Write([]byte) (int, error) }, sigs <-chan os.Signal, hardExit func()) error {
 	log := newLogger(cfg.LogLevel, cfg.LogFormat, out)
 	s := &server{cfg: cfg, app: app, apps: apps, log: log, http: &http.Client{Timeout: 10 * time.Second}}
 
@@ -149,6 +159,18 @@ func Serve(ctx context.Context, cfg ServeConfig, app shard.App, apps map[string]
 	}
 	defer func() { opener.Close(); log.Debug("WAL connection closed") }()
 	s.opener = opener
+	if cfg.SnapshotStore != "none" {
+		dir := ""
+		if cfg.SnapshotStore == "dir" {
+			dir = cfg.SnapshotDir
+		}
+		st, closeStore, err := openSnapshotStore(ctx, dir, walURL, cfg.EtcdPrefix, cfg.WALReplicas)
+		if err != nil {
+			return err
+		}
+		defer closeStore()
+		s.snapshots = snapshotOptions(st, client)
+	}
 
 	if cfg.EmbeddedEtcd() && cfg.EmbeddedShards > 0 {
 		n, err := ensureShards(ctx, client, cfg.EtcdPrefix, app, cfg.EmbeddedShards)
@@ -205,6 +227,10 @@ func Serve(ctx context.Context, cfg ServeConfig, app shard.App, apps map[string]
 		select {
 		case <-sigs:
 			forced.Store("second signal: exiting without draining")
+			if hardExit != nil {
+				log.Warn("second signal: exiting now")
+				hardExit()
+			}
 			cancelRun()
 		case <-timer.C:
 			forced.Store(fmt.Sprintf("shutdown timeout %s: shards still assigned, exiting anyway", cfg.ShutdownTimeout))
@@ -298,6 +324,8 @@ func (s *server) runSession(ctx context.Context) error {
 		DataDir: s.cfg.DataDir, // databases at <data-dir>/shards/<shard>/
 		Apps:    s.apps,
 		Logger:  s.log,
+		// Snapshots bound recovery: restore, snapshot, truncate the log.
+		Snapshots: s.snapshots,
 	})
 	sess := &session{member: member, svc: svc, resolver: shard.NewResolver(member.KeySpace())}
 	s.sess.Store(sess)

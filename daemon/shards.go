@@ -26,7 +26,7 @@ func newShardsCommand(opts Options) *cobra.Command {
 		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cmd.AddCommand(newShardsCreateCommand(opts), newShardsApplyCommand(opts),
-		newShardsListCommand(opts), newShardsUnassignCommand(opts))
+		newShardsListCommand(opts), newShardsUnassignCommand(opts), newShardsRecoverCommand(opts))
 	return cmd
 }
 

@@ -1,0 +1,150 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/linxGnu/grocksdb"
+	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/consumerd/consumerd/allocator"
+	"github.com/consumerd/consumerd/recoverylog/snapshot"
+	"github.com/consumerd/consumerd/shard"
+)
+
+// openSnapshotStore opens the snapshot store: a directory store when dir is
+// set, else the JetStream object store on the WAL's NATS (bucket derived
+// from the etcd prefix). close releases it.
+func openSnapshotStore(ctx context.Context, dir, walURL, prefix string, replicas int) (st snapshot.Store, closeFn func(), err error) {
+	if dir != "" {
+		ds, err := snapshot.NewDirStore(dir)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--snapshot.dir: %w", err)
+		}
+		return ds, func() {}, nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	js, err := snapshot.DialJetStreamStore(cctx, walURL, snapshot.JetStreamConfig{Bucket: snapshot.BucketName(prefix), Replicas: replicas})
+	if err != nil {
+		return nil, nil, fmt.Errorf("snapshot store: %w", err)
+	}
+	return js, js.Close, nil
+}
+
+// snapshotOptions is the shard service's snapshot configuration for serve.
+func snapshotOptions(st snapshot.Store, cli *clientv3.Client) *shard.SnapshotOptions {
+	if st == nil {
+		return nil
+	}
+	return &shard.SnapshotOptions{Store: st, Etcd: cli}
+}
+
+func newShardsRecoverCommand(opts Options) *cobra.Command {
+	var cf clientFlags
+	var shardID, dir, snapDir string
+	cmd := &cobra.Command{
+		Use:   "recover --shard ID --dir DIR",
+		Short: "Rebuild a shard's state offline into a directory (snapshot + replay of the log after it)",
+		Long: `recover builds a shard's RocksDB in DIR the way a new replica does: it
+restores the newest usable snapshot named by <prefix>/snapshots/<shard> (a
+corrupt or missing file falls back to an older snapshot), then replays the
+recovery log after it up to its current head. DIR must not exist or be empty.
+Snapshots are read from the JetStream object store on --wal.url, or from
+--snapshot.dir. The shard keeps running; recover only reads.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if shardID == "" {
+				return usagef("--shard: required")
+			}
+			if err := allocator.ValidID(shardID); err != nil {
+				return usagef("--shard: %v", err)
+			}
+			if dir == "" {
+				return usagef("--dir: required")
+			}
+			ctx := cmd.Context()
+			cli, err := cf.etcd(ctx)
+			if err != nil {
+				return err
+			}
+			defer cli.Close()
+			dbOpts, err := recoverDBOptions(ctx, cli, cf.etcdPrefix, shardID, opts)
+			if err != nil {
+				return err
+			}
+			defer dbOpts.Destroy()
+			opener, err := openWAL(cf.walURL, 1, recoverLogger(opts))
+			if err != nil {
+				return err
+			}
+			defer opener.Close()
+			st, closeStore, err := openSnapshotStore(ctx, snapDir, cf.walURL, cf.etcdPrefix, 1)
+			if err != nil {
+				return err
+			}
+			defer closeStore()
+			start := time.Now()
+			res, err := snapshot.Recover(ctx, snapshot.RecoverConfig{
+				Shard: shardID, Dir: dir, Store: st, Etcd: cli, Prefix: cf.etcdPrefix,
+				Opener: opener, Options: dbOpts, Logger: recoverLogger(opts),
+			})
+			if err != nil {
+				return fmt.Errorf("recover shard %s into %s: %w", shardID, dir, err)
+			}
+			from := "the start of the recovery log (no snapshot)"
+			if res.Manifest != nil {
+				from = fmt.Sprintf("snapshot %s (log id %d, %d bytes)", res.Manifest.ID, res.Manifest.LogID, res.Manifest.Size())
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "recovered shard %s into %s from %s; replayed to log id %d (seq %d) in %s\n",
+				shardID, dir, from, res.Position.LogID, res.Position.Seq, time.Since(start).Round(time.Millisecond))
+			return nil
+		},
+	}
+	cf.bind(cmd.Flags())
+	cmd.Flags().StringVar(&shardID, "shard", "", "the shard to recover")
+	cmd.Flags().StringVar(&dir, "dir", "", "directory to build the shard's RocksDB in (must not exist or be empty)")
+	cmd.Flags().StringVar(&snapDir, "snapshot.dir", "", "read snapshots from this directory store instead of the JetStream object store")
+	return cmd
+}
+
+// recoverDBOptions are the options the shard's app opens its database
+// with (its OptionsIniter), or RocksDB defaults when the spec or the app is
+// unknown here. CreateIfMissing is set.
+func recoverDBOptions(ctx context.Context, cli *clientv3.Client, prefix, shardID string, opts Options) (*grocksdb.Options, error) {
+	o := grocksdb.NewDefaultOptions()
+	o.SetCreateIfMissing(true)
+	resp, err := cli.Get(ctx, allocator.ItemKey(prefix, shardID))
+	if err != nil {
+		o.Destroy()
+		return nil, fmt.Errorf("read shard spec %s: %w", shardID, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return o, nil // a deleted shard's log may still be recovered
+	}
+	item, err := shard.DecodeSpec(shardID, resp.Kvs[0].Value)
+	if err != nil {
+		return o, nil
+	}
+	spec, ok := item.(*shard.Spec)
+	if !ok {
+		return o, nil
+	}
+	app, ok := opts.appMap()[spec.App]
+	if !ok || app.NewConsumer == nil {
+		return o, nil
+	}
+	if oi, ok := app.NewConsumer().(shard.OptionsIniter); ok {
+		oi.InitOptions(o)
+		o.SetCreateIfMissing(true)
+	}
+	return o, nil
+}
+
+// recoverLogger logs warnings (e.g. a snapshot falling back) to stderr.
+func recoverLogger(opts Options) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{Name: "consumerd", Level: hclog.Warn, Output: opts.Stderr})
+}

@@ -1,0 +1,193 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/linxGnu/grocksdb"
+
+	"github.com/consumerd/consumerd/examples/wordcount"
+	"github.com/consumerd/consumerd/internal/etcdtest"
+	"github.com/consumerd/consumerd/internal/natstest"
+	"github.com/consumerd/consumerd/recoverylog"
+	"github.com/consumerd/consumerd/recoverylog/snapshot"
+	"github.com/consumerd/consumerd/shard"
+	"github.com/consumerd/consumerd/wal"
+)
+
+// TestShardsRecover: `shards recover` rebuilds a shard whose log was
+// truncated behind a snapshot (JetStream object store) into a directory,
+// equal to the live database key by key.
+func TestShardsRecover(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	endpoints := etcdtest.StartServer(t)
+	cli := etcdtest.NewClient(t, endpoints)
+	url := natstest.Start(t)
+	const prefix, shardID = "/consumerd", "wc-7"
+
+	opener, err := openWAL(url, 1, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer opener.Close()
+	live := filepath.Join(t.TempDir(), "live")
+	opts := grocksdb.NewDefaultOptions()
+	opts.SetCreateIfMissing(true)
+	defer opts.Destroy()
+	db, err := grocksdb.OpenDb(opts, live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+
+	// A writer: replay (nothing) and hand off, as a primary does.
+	ch := recoverylog.Channel(shardID)
+	rlog, err := opener.Open(ctx, &wal.OpenOption{Channel: ch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl := recoverylog.NewPlayer(recoverylog.PlayerConfig{Log: rlog, DB: db, ShardID: shardID})
+	errc := make(chan error, 1)
+	go func() { errc <- pl.Play(ctx) }()
+	guardKey := prefix + "/assign/" + shardID + "/z/m/0"
+	put, err := cli.Put(ctx, guardKey, `{"state":"PRIMARY"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	term := uint64(put.Header.Revision)
+	w, err := opener.Open(ctx, &wal.OpenOption{Channel: ch, Term: term})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	rec, err := pl.Handoff(ctx, w, term, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	rlog.Close()
+	defer rec.Close()
+	commit := func(from, n int) {
+		wb := grocksdb.NewWriteBatch()
+		defer wb.Destroy()
+		var c *recoverylog.Commit
+		for i := from; i < from+n; i++ {
+			wb.Put([]byte(fmt.Sprintf("k%03d", i%50)), []byte(fmt.Sprintf("v%d", i)))
+			c = rec.Commit(ctx, wb)
+			wb.Clear()
+		}
+		if err := c.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	st, closeStore, err := openSnapshotStore(ctx, "", url, prefix, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeStore()
+	sn, err := snapshot.NewSnapshotter(snapshot.Config{Shard: shardID, Store: st, Etcd: cli, Prefix: prefix, ScratchDir: filepath.Join(t.TempDir(), "scratch")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := snapshot.Source{DB: db, Recorder: rec, Log: w, Term: term, Guard: snapshot.Guard{Key: guardKey, CreateRevision: put.Header.Revision}}
+	var last *snapshot.Result
+	for i := 0; i < 3; i++ {
+		commit(i*100, 100)
+		if last, err = sn.Take(ctx, src); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if last.Retain.TruncatedBefore == 0 {
+		t.Fatal("the log was not truncated")
+	}
+	commit(1000, 30) // a tail after the snapshot
+
+	out := filepath.Join(t.TempDir(), "recovered")
+	var stdout, stderr bytes.Buffer
+	code := Run(ctx, []string{"shards", "recover", "--shard", shardID, "--dir", out,
+		"--etcd.endpoints", strings.Join(endpoints, ","), "--wal.url", url, "--etcd.prefix", prefix},
+		Options{Apps: []shard.App{wordcount.App()}, Stdout: &stdout, Stderr: &stderr})
+	if code != 0 {
+		t.Fatalf("recover exited %d: %s", code, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), last.Manifest.ID) {
+		t.Fatalf("output %q does not name snapshot %s", stdout.String(), last.Manifest.ID)
+	}
+	got := dumpDir(t, out)
+	want := dumpDB(t, db)
+	if len(got) != len(want) || len(want) < 50 {
+		t.Fatalf("recovered %d keys, live %d", len(got), len(want))
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Fatalf("key %q: recovered %q, live %q", k, got[k], v)
+		}
+	}
+
+	// The directory must be empty now: recover refuses to overwrite.
+	stderr.Reset()
+	code = Run(ctx, []string{"shards", "recover", "--shard", shardID, "--dir", out,
+		"--etcd.endpoints", strings.Join(endpoints, ","), "--wal.url", url, "--etcd.prefix", prefix},
+		Options{Apps: []shard.App{wordcount.App()}, Stdout: &stdout, Stderr: &stderr})
+	if code == 0 || !strings.Contains(stderr.String(), "not empty") {
+		t.Fatalf("recover into a non-empty dir: code %d, stderr %q", code, stderr.String())
+	}
+}
+
+func TestShardsRecoverUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"shards", "recover", "--dir", "x"}, "--shard"},
+		{[]string{"shards", "recover", "--shard", "a/b", "--dir", "x"}, "--shard"},
+		{[]string{"shards", "recover", "--shard", "s"}, "--dir"},
+	} {
+		var out, errb bytes.Buffer
+		code := Run(t.Context(), tc.args, Options{Apps: []shard.App{wordcount.App()}, Stdout: &out, Stderr: &errb})
+		if code != 2 || !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("%v: code %d stderr %q, want 2 and %q", tc.args, code, errb.String(), tc.want)
+		}
+	}
+}
+
+func dumpDir(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	opts := grocksdb.NewDefaultOptions()
+	defer opts.Destroy()
+	db, err := grocksdb.OpenDbForReadOnly(opts, dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	return dumpDB(t, db)
+}
+
+func dumpDB(t *testing.T, db *grocksdb.DB) map[string]string {
+	t.Helper()
+	ro := grocksdb.NewDefaultReadOptions()
+	defer ro.Destroy()
+	it := db.NewIterator(ro)
+	defer it.Close()
+	out := map[string]string{}
+	for it.SeekToFirst(); it.Valid(); it.Next() {
+		k, v := it.Key(), it.Value()
+		out[string(k.Data())] = string(v.Data())
+		k.Free()
+		v.Free()
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
