@@ -790,3 +790,95 @@ func TestOpenerCloseClosesWALs(t *testing.T) {
 		t.Fatal("scanner still running after the opener closed")
 	}
 }
+
+// TestPipelinedAppendsHeldDuringRecovery: appends made while a failed window
+// is being retried wait, and are stored after the retried ones, in order.
+func TestPipelinedAppendsHeldDuringRecovery(t *testing.T) {
+	e := newEnv(t, true)
+	inRetry := make(chan struct{})
+	gate := make(chan struct{})
+	var calls atomic.Int64
+	e.mem.SetAppendHook(func(_ string, _ *message.MutableMessage, st memory.Stage) error {
+		if st != memory.BeforeStore {
+			return nil
+		}
+		switch n := calls.Add(1); {
+		case n <= 3:
+			return errTransient // the whole first window fails
+		case n == 4:
+			close(inRetry) // the first retry: hold it until more appends came in
+			<-gate
+		}
+		return nil
+	})
+	w := e.open(t, "t/0000", 0)
+	const total = 6
+	errs := make([]error, total)
+	var wg sync.WaitGroup
+	wg.Add(total)
+	appendAsync := func(i int) {
+		w.AppendAsync(context.Background(), msg(strconv.Itoa(i)), func(_ *wal.AppendResult, err error) {
+			errs[i] = err
+			wg.Done()
+		})
+	}
+	for i := 0; i < 3; i++ {
+		appendAsync(i)
+	}
+	select {
+	case <-inRetry:
+	case <-time.After(wait):
+		t.Fatal("the failed window was not retried")
+	}
+	for i := 3; i < total; i++ {
+		appendAsync(i)
+	}
+	close(gate)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("append %d: %v", i, err)
+		}
+	}
+	if got := payloads(readAll(t, w)); !equal(got, []string{"0", "1", "2", "3", "4", "5"}) {
+		t.Fatalf("log = %v, want call order", got)
+	}
+}
+
+// TestSmallAsyncWindow: with a window of 2 the callers block for room and
+// everything is stored in order.
+func TestSmallAsyncWindow(t *testing.T) {
+	for _, async := range []bool{false, true} {
+		t.Run(fmt.Sprintf("async=%v", async), func(t *testing.T) {
+			e := newEnv(t, async, wal.WithAsyncWindow(2))
+			w := e.open(t, "t/0000", 0)
+			const total = 200
+			var wg sync.WaitGroup
+			wg.Add(total)
+			for i := 0; i < total; i++ {
+				w.AppendAsync(context.Background(), msg(strconv.Itoa(i)), func(_ *wal.AppendResult, err error) {
+					defer wg.Done()
+					if err != nil {
+						t.Errorf("append %d: %v", i, err)
+					}
+				})
+			}
+			done := make(chan struct{})
+			go func() { wg.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(wait):
+				t.Fatal("appends did not complete")
+			}
+			got := payloads(readAll(t, w))
+			if len(got) != total {
+				t.Fatalf("read %d messages, want %d", len(got), total)
+			}
+			for i, p := range got {
+				if p != strconv.Itoa(i) {
+					t.Fatalf("position %d holds %q", i, p)
+				}
+			}
+		})
+	}
+}
