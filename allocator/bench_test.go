@@ -1,7 +1,13 @@
 package allocator
 
 import (
+	"context"
 	"fmt"
+	"sync"
+
+	"github.com/consumerd/consumerd/internal/etcdtest"
+	"github.com/hashicorp/go-hclog"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"math/rand"
 	"testing"
 	"time"
@@ -181,4 +187,77 @@ func BenchmarkChurnReplicationChange(b *testing.B) {
 	}
 	fmt.Printf("BENCH allocator.churn scenario=replication-change moves=%d held=%d ratio=%.3f\n",
 		moves, held, float64(moves)/float64(held))
+}
+
+// BenchmarkConverge: 10 members on an embedded etcd; 10,000 items of
+// replication 2 are created (in 128-op transactions) and the leader assigns
+// them. seconds = from the first item write until every item has its two
+// replicas and the leader is idle at the latest revision; txns = converge
+// transactions the leader sent.
+func BenchmarkConverge(b *testing.B) {
+	if b.N > 1 {
+		b.Skip("measures once; run with -benchtime 1x")
+	}
+	const nItems, nMembers, prefix = 10_000, 10, "/bench"
+	c := etcdtest.Start(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var members []*Member
+	var wg sync.WaitGroup
+	rctx, rcancel := context.WithCancel(ctx)
+	defer func() {
+		rcancel()
+		wg.Wait()
+		for _, m := range members {
+			_ = m.Close()
+		}
+	}()
+	for i := 0; i < nMembers; i++ {
+		m, err := NewMember(ctx, Config{Client: c, Prefix: prefix, Zone: fmt.Sprintf("z%d", i%3),
+			MemberID: fmt.Sprintf("m%02d", i), LeaseTTL: 30 * time.Second, Spec: MemberSpec{ItemLimit: 5000}, Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn})})
+		if err != nil {
+			b.Fatal(err)
+		}
+		members = append(members, m)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = m.Run(rctx)
+		}()
+	}
+	leader := members[0] // the first announced has the lowest CreateRevision
+	start := time.Now()
+	var ops []clientv3.Op
+	flush := func() {
+		if len(ops) == 0 {
+			return
+		}
+		if _, err := c.Txn(ctx).Then(ops...).Commit(); err != nil {
+			b.Fatal(err)
+		}
+		ops = ops[:0]
+	}
+	for i := 0; i < nItems; i++ {
+		ops = append(ops, clientv3.OpPut(ItemKey(prefix, fmt.Sprintf("item-%05d", i)), `{"hot_standbys":1}`))
+		if len(ops) == MaxTxnOps {
+			flush()
+		}
+	}
+	flush()
+	for {
+		resp, err := c.Get(ctx, AssignPrefix(prefix), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			b.Fatal(err)
+		}
+		if resp.Count == 2*nItems && leader.idleRev.Load() >= resp.Header.Revision {
+			break
+		}
+		if ctx.Err() != nil {
+			b.Fatalf("not converged: %d assignments", resp.Count)
+		}
+		time.Sleep(5 * time.Millisecond) // polling a condition, not synchronising
+	}
+	secs := time.Since(start).Seconds()
+	fmt.Printf("BENCH allocator.converge items=%d members=%d txns=%d seconds=%.3f\n",
+		nItems, nMembers, leader.conv.txns.Load(), secs)
 }

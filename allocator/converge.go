@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -272,8 +273,12 @@ func planGroups(snap Snapshot, prefix string, members []SchedMember, items []Sch
 		if len(d) > 0 {
 			next, ok := cur[int(d[0])]
 			if ok && next.Slot != 0 {
-				allowed := primary == nil
-				if primary != nil && next.Status.State.Consistent() {
+				// Without a primary, or with one that is not consistent
+				// yet (it serves nothing), promote at once; otherwise only
+				// a consistent successor, and only while the item keeps its
+				// target of consistent replicas.
+				allowed := primary == nil || !primary.Status.State.Consistent()
+				if !allowed && next.Status.State.Consistent() {
 					after := consistent
 					if primary.Status.State.Consistent() {
 						after--
@@ -400,6 +405,8 @@ func batchGroups(groups []opGroup, leaderCmp clientv3.Cmp) []plannedTxn {
 
 // converger is the leader's converge state.
 type converger struct {
+	// txns counts converge transactions sent (tests and benchmarks read it).
+	txns          atomic.Int64
 	m             *Member
 	log           hclog.Logger
 	lastShortfall string
@@ -446,6 +453,8 @@ func (c *converger) round(ctx context.Context, snap Snapshot) (again bool, err e
 	txns := batchGroups(plan.groups, leaderCmp)
 	var lastRev int64
 	for _, t := range txns {
+		c.txns.Add(1)
+		convergeTxns.Inc()
 		resp, err := c.m.cfg.Client.Txn(ctx).If(t.cmps...).Then(t.ops...).Commit()
 		if err != nil {
 			etcdErrors.Inc()

@@ -72,6 +72,7 @@ type Member struct {
 	// idleRev is the mirror revision at which this member, as leader, last
 	// found nothing to converge (tests wait on it).
 	idleRev atomic.Int64
+	conv    converger
 
 	mu        sync.Mutex
 	spec      MemberSpec
@@ -362,7 +363,7 @@ func (m *Member) Run(ctx context.Context) error {
 	defer cancel()
 
 	var last *LocalState
-	var conv converger
+	conv := &m.conv
 	conv.init(m)
 	for {
 		upd := m.ks.Updated()

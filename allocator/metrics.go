@@ -44,6 +44,10 @@ var (
 		Name: "consumerd_allocator_converge_rounds_total",
 		Help: "Converge rounds run by the leader.",
 	})
+	convergeTxns = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "consumerd_allocator_converge_txns_total",
+		Help: "Transactions sent by the leader's converge rounds (including ones whose compares failed).",
+	})
 	scheduleSeconds = promauto.NewHistogram(prometheus.HistogramOpts{
 		Name:    "consumerd_allocator_schedule_seconds",
 		Help:    "Runtime of one scheduler solve.",
