@@ -328,6 +328,24 @@ func (ks *KeySpace) Snapshot() Snapshot {
 	return s
 }
 
+// Leader returns "zone/member" of the member with the lowest CreateRevision,
+// or "" when there are no members.
+func (ks *KeySpace) Leader() string {
+	ks.mu.RLock()
+	defer ks.mu.RUnlock()
+	var lead *MemberInfo
+	for _, m := range ks.members {
+		if lead == nil || m.CreateRevision < lead.CreateRevision {
+			m := m
+			lead = &m
+		}
+	}
+	if lead == nil {
+		return ""
+	}
+	return lead.Key()
+}
+
 // Local returns the assignments of member zone/id and their items' raw JSON.
 func (ks *KeySpace) Local(zone, id string) LocalState {
 	ks.mu.RLock()

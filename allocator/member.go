@@ -385,9 +385,9 @@ func (m *Member) Run(ctx context.Context) error {
 			return nil
 		}
 		again := false
-		snap := m.ks.Snapshot()
-		if snap.Leader == m.cfg.Zone+"/"+m.cfg.MemberID {
+		if m.ks.Leader() == m.cfg.Zone+"/"+m.cfg.MemberID {
 			leaderGauge.Set(1)
+			snap := m.ks.Snapshot()
 			var err error
 			again, err = conv.round(ctx, snap)
 			if err == nil && !again {
