@@ -213,3 +213,77 @@ func TestCLIErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestServeShutdownBounds checks the two ways a drain is cut short: a
+// member whose shards cannot move (the only other member is frozen) exits 1
+// after --shutdown-timeout, and at once on a second signal.
+func TestServeShutdownBounds(t *testing.T) {
+	bin := consumerdBinary(t)
+	dir := t.TempDir()
+	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+	peerURL := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+	natsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	aHTTP := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	startA := func() *proc {
+		return startProc(t, "a", filepath.Join(dir, "a.log"), nil, bin, "serve",
+			"--data-dir", filepath.Join(dir, "a"), "--http.addr", aHTTP, "--member.id", "a",
+			"--embedded.etcd-client-url", etcdURL, "--embedded.etcd-peer-url", peerURL,
+			"--embedded.nats-addr", natsAddr, "--shutdown-timeout", "2s", "--log.level", "debug")
+	}
+	a := startA()
+	t.Cleanup(func() { a.kill() })
+	waitFor(t, 60*time.Second, "a's /readyz", func() (bool, string) {
+		if a.exited() {
+			t.Fatalf("a exited: %v\n%s", a.err, a.tail(30))
+		}
+		code, body, err := httpGet("http://" + aHTTP + "/readyz")
+		return err == nil && code == 200, fmt.Sprint(code, string(body), err)
+	})
+	b := startProc(t, "b", filepath.Join(dir, "b.log"), nil, bin, "serve",
+		"--etcd.endpoints", etcdURL, "--wal.url", "nats://"+natsAddr, "--etcd.lease-ttl", "60s",
+		"--data-dir", filepath.Join(dir, "b"), "--http.addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--member.id", "b")
+	t.Cleanup(func() { b.kill() })
+	waitFor(t, 30*time.Second, "b to join", func() (bool, string) {
+		out, err := exec.Command(bin, "members", "list", "-o", "json", "--etcd.endpoints", etcdURL).Output()
+		return err == nil && strings.Contains(string(out), `"id": "b"`), string(out)
+	})
+	b.signal(syscall.SIGSTOP) // b can take nothing over now
+
+	logged := func(p *proc, n int) func() (bool, string) {
+		return func() (bool, string) {
+			got := strings.Count(p.tail(1000), "shutdown requested")
+			return got >= n, fmt.Sprintf("%d shutdown requests logged", got)
+		}
+	}
+	// 1. The timeout bounds the drain.
+	start := time.Now()
+	a.signal(syscall.SIGTERM)
+	select {
+	case <-a.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("a did not exit within 30s of SIGTERM with --shutdown-timeout 2s")
+	}
+	if code := a.cmd.ProcessState.ExitCode(); code != 1 || time.Since(start) < 2*time.Second {
+		t.Fatalf("a exited with code %d after %s; want 1 after the 2s timeout", code, time.Since(start))
+	}
+
+	// 2. A second signal exits at once.
+	a = startA()
+	waitFor(t, 60*time.Second, "a's /livez after restart", func() (bool, string) {
+		code, _, err := httpGet("http://" + aHTTP + "/livez")
+		return err == nil && code == 200, fmt.Sprint(code, err)
+	})
+	a.signal(syscall.SIGTERM)
+	waitFor(t, 10*time.Second, "a to log the shutdown request", logged(a, 2))
+	start = time.Now()
+	a.signal(syscall.SIGTERM)
+	select {
+	case <-a.done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("a did not exit within 10s of a second SIGTERM")
+	}
+	if code := a.cmd.ProcessState.ExitCode(); code != 1 || time.Since(start) > 1500*time.Millisecond {
+		t.Fatalf("a exited with code %d %s after the second SIGTERM; want 1, at once", code, time.Since(start))
+	}
+	b.signal(syscall.SIGCONT)
+}
