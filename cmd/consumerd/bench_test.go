@@ -19,7 +19,7 @@ import (
 func BenchmarkFailover(b *testing.B) {
 	const (
 		leaseTTL = 2 * time.Second
-		kills    = 6
+		kills    = 8
 		nShards  = 4
 	)
 	c := newCluster(b, leaseTTL)
