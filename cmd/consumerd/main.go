@@ -1,6 +1,3 @@
-// Command consumerd runs a consumerd member (`consumerd serve`) and the client
-// subcommands that manage and query a cluster. All of it lives in package
-// daemon; this main only registers the built-in applications.
 package main
 
 import (

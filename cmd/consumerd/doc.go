@@ -1,0 +1,15 @@
+// Command consumerd runs a consumerd member (`consumerd serve`) and the client
+// subcommands that manage and query a cluster (shards, members, publish,
+// query); see DESIGN.md §7 for the contract and `consumerd --help`.
+//
+// All of it lives in package daemon; this main only registers the built-in
+// applications (wordcount). A team with its own applications builds its own
+// binary the same way: os.Exit(daemon.Main(myapp.App())).
+//
+// The package's tests are the multi-process suite: they build this binary,
+// start Debian's etcd and nats-server on free ports, and run members as child
+// processes — TestFaults (SIGKILL, SIGSTOP zombies, restarts, SIGTERM drain
+// while a known corpus is published; exact word counts), TestServeEmbedded
+// (the embedded default, HTTP endpoints, promtool check metrics),
+// TestServeShutdownBounds, TestCLIErrors, and BenchmarkFailover.
+package main
