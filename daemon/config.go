@@ -75,7 +75,7 @@ func (c *ServeConfig) bindFlags(fs *pflag.FlagSet, defaultApp string) {
 	fs.StringVar(&c.DataDir, "data-dir", "./consumerd-data", "directory for shard databases (and the embedded servers' data)")
 	fs.StringVar(&c.HTTPAddr, "http.addr", "127.0.0.1:8080", "HTTP listen address: /metrics /livez /readyz /v1/status /v1/query; also the member's advertised endpoint")
 	fs.StringVar(&c.HTTPAdvertise, "http.advertise", "", "URL other members and the CLI use to reach this member (default: http://<http.addr>, a wildcard host replaced by the host name)")
-	fs.StringVar(&c.App, "app", defaultApp, "built-in application whose shards this member runs")
+	fs.StringVar(&c.App, "app", defaultApp, "application whose shards serve creates on the embedded default (a member runs the shards of every application the binary knows)")
 	fs.StringVar(&c.SnapshotStore, "snapshot.store", "jetstream", "where shard snapshots go: 'jetstream' (object store on the WAL's NATS), 'dir' (--snapshot.dir, e.g. a shared filesystem) or 'none' (no snapshots; the recovery logs are never truncated)")
 	fs.StringVar(&c.SnapshotDir, "snapshot.dir", "", "directory of the snapshot store when --snapshot.store=dir")
 	fs.StringVar(&c.LogLevel, "log.level", "info", "log level: trace, debug, info, warn, error")
