@@ -5,18 +5,37 @@
 // the lowest CreateRevision — writes assignments
 // <root>/assign/<item>/<zone>/<member>/<slot> under the assigned member's
 // lease, so a dead member's assignments vanish with its lease. Slot 0 is the
-// primary; its key's CreateRevision is the primary's fencing term.
+// primary; its key's CreateRevision is the primary's fencing term (a
+// promotion creates a new slot-0 key, so terms only grow). Values are JSON.
 //
 // Essential types:
 //   - KeySpace: a decoded mirror of <root>/ (one Load, then one prefix watch
-//     that survives disconnects and compaction; bad keys are logged and skipped).
-//   - Member: a process's session: lease, announce-if-absent, Local() stream of
-//     its own assignments, UpdateStatus for the shard layer, SetExiting to
-//     drain, and the leader loop (schedule, then converge).
-//   - Solve (scheduler.go): a pure, deterministic function from members, items
-//     and current assignments to desired assignments.
-//   - planConverge (converge.go): a pure function from a snapshot and desired
-//     assignments to guarded etcd transactions, make-before-break.
+//     with progress notifications and require-leader that resumes after
+//     disconnects and reloads after compaction; undecodable keys are logged
+//     with the key and skipped). WaitForRevision gives read-your-writes.
+//   - Member: a process's session: lease with keep-alive, announce-if-absent
+//     (ErrMemberExists for a second process with the same id), the Local()
+//     stream of its own assignments, UpdateStatus for the shard layer,
+//     SetExiting to drain, Done() when the lease is lost, and — while it is
+//     the leader — the schedule-and-converge loop.
+//   - Solve (scheduler.go): a pure, deterministic function from members,
+//     items and current assignments to desired assignments (limits, one
+//     replica per member, zone spread, replication, few moves, balance).
+//   - planConverge (converge.go): a pure function from a snapshot to guarded
+//     operation groups, make-before-break; batchGroups packs them into
+//     transactions of at most 128 operations, each also comparing the
+//     leader's own member key ModRevision so a deposed leader's writes fail.
+//
+// Converge details: new replicas are written IDLE; the shard layer reports
+// BACKFILL, STANDBY, PRIMARY or FAILED through UpdateStatus. A replica is
+// removed only while its item keeps its desired number of consistent
+// (STANDBY/PRIMARY) replicas. A primary moves by promoting a consistent
+// standby to slot 0 in the same transaction that deletes (or demotes) the old
+// primary; the new slot-0 key carries the standby's status until the new
+// primary reports PRIMARY. Adds to a member already holding its limit wait
+// until it gave up what it must give up, so limits hold during handoffs too
+// (unless two full members must swap, which would otherwise wait forever).
+// FAILED replicas stay until an operator deletes their key.
 //
 // The allocator knows nothing of shards, RocksDB or WALs: items are JSON values
 // decoded by Config.DecodeItem into something with a DesiredReplication.
