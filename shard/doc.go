@@ -19,9 +19,13 @@
 //  1. BACKFILL: opens (or creates) the RocksDB at <DataDir>/shards/<shard>/
 //     with the Consumer's options and compaction filter, and replays the
 //     shard's recovery log (recoverylog.Player) from the position stored in
-//     the DB. A DB left by an earlier replica on this host is reused; if the
-//     log no longer holds its position (wal.ErrTruncated) it is wiped and
-//     rebuilt.
+//     the DB. A DB left by an earlier replica on this host is reused when
+//     its position is still in the log. With Config.Snapshots, the newest
+//     snapshot is restored first when it covers more of the log than the
+//     local DB, or when the log was truncated past the DB's position
+//     (wal.ErrTruncated); without snapshots such a DB is wiped and rebuilt
+//     from the log, and a log that no longer starts at its beginning fails
+//     the replica rather than serving partial state.
 //  2. STANDBY: once caught up, keeps tailing the log.
 //  3. On slot 0 (at once, or later when a standby is promoted): opens the
 //     recovery log with term = the slot-0 key's CreateRevision, which fences
@@ -57,6 +61,13 @@
 // committed state ends: each message changes state exactly once. Messages
 // an application publishes (topic.Publisher) are at-least-once: a
 // transaction that fails after its Flush may publish again when retried.
+//
+// # Snapshots
+//
+// With Config.Snapshots a primary checkpoints its database every
+// snapshot_interval_bytes of recovery log, records the snapshot in the log
+// and in etcd, and truncates the log before the oldest snapshot kept
+// (see SnapshotOptions and package recoverylog/snapshot).
 //
 // # Queries
 //

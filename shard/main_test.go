@@ -1,9 +1,55 @@
 package shard_test
 
 import (
+	"fmt"
+	"os"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain runs the tests, then checks that every replica left the status
+// gauge and the lag series (each test kills its nodes at cleanup) and that
+// no goroutine leaked.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		if err := metricsSettled(); err != nil {
+			fmt.Fprintln(os.Stderr, "metrics:", err)
+			code = 1
+		}
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func metricsSettled() error {
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		return err
+	}
+	seen := false
+	for _, mf := range mfs {
+		switch mf.GetName() {
+		case "consumerd_shard_status":
+			seen = true
+			for _, m := range mf.GetMetric() {
+				if v := m.GetGauge().GetValue(); v != 0 {
+					return fmt.Errorf("consumerd_shard_status %v = %v after every node stopped", m.GetLabel(), v)
+				}
+			}
+		case "consumerd_shard_source_lag_messages":
+			if n := len(mf.GetMetric()); n != 0 {
+				return fmt.Errorf("%d lag series left after every node stopped", n)
+			}
+		}
+	}
+	if !seen {
+		return fmt.Errorf("consumerd_shard_status was never set")
+	}
+	return nil
+}

@@ -240,3 +240,40 @@ func TestTruncatedRecoveryLog(t *testing.T) {
 		t.Fatalf("resumed from the local DB: %s", d)
 	}
 }
+
+// TestSpecUpdates: a change of a running shard's transaction durations
+// applies in place (no new Consumer), a change of its sources restarts it.
+func TestSpecUpdates(t *testing.T) {
+	var made atomic.Int64
+	app := wordcount.App()
+	app.NewConsumer = func() shard.Consumer { made.Add(1); return &wordcount.Consumer{} }
+	e := shardtest.NewCluster(t, memory.NewBuilder(), app)
+	spec := shardtest.WordcountSpec("wc-0", 0, 0)
+	e.PutSpec(spec)
+	lines := shardtest.Corpus(13, 30)
+	e.Publish(0, lines[:10]...)
+	n := e.StartNode("n", t.TempDir())
+	e.Assign(n, spec.ID, 0)
+	if d := shardtest.DiffCounts(e.Counts(n, spec), wordcount.Count(lines[:10])); d != "" {
+		t.Fatal(d)
+	}
+	spec.MaxTxnDuration = shard.Duration(50 * time.Millisecond)
+	e.PutSpec(spec)
+	e.Publish(0, lines[10:20]...)
+	if d := shardtest.DiffCounts(e.Counts(n, spec), wordcount.Count(lines[:20])); d != "" {
+		t.Fatal(d)
+	}
+	if made.Load() != 1 {
+		t.Fatalf("a duration change made %d consumers, want 1", made.Load())
+	}
+
+	spec.Sources = append(spec.Sources, shard.Source{Topic: "more", Partition: 0})
+	e.PutSpec(spec)
+	e.Publish(0, lines[20:]...)
+	shardtest.Eventually(t, "restart on a sources change", func() (bool, string) {
+		return made.Load() == 2, fmt.Sprintf("%d consumers made", made.Load())
+	})
+	if d := shardtest.DiffCounts(e.Counts(n, spec), wordcount.Count(lines)); d != "" {
+		t.Fatal(d)
+	}
+}
