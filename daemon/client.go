@@ -88,8 +88,8 @@ func dialEtcdTimeout(ctx context.Context, endpoints []string, timeout time.Durat
 }
 
 // openWAL connects to the NATS JetStream WAL at url.
-func openWAL(url string, replicas int, log hclog.Logger) (wal.Opener, error) {
-	b := jetstream.NewBuilder(jetstream.Config{URL: url, Replicas: replicas, Logger: log})
+func openWAL(url string, replicas int, connectTimeout time.Duration, log hclog.Logger) (wal.Opener, error) {
+	b := jetstream.NewBuilder(jetstream.Config{URL: url, Replicas: replicas, ConnectTimeout: connectTimeout, Logger: log})
 	op, err := wal.NewOpenerBuilder(b, wal.WithLogger(log)).Build()
 	if err != nil {
 		return nil, fmt.Errorf("cannot reach NATS JetStream at %s: %w", url, err)

@@ -56,7 +56,7 @@ carries a dedupe id, so the WAL's retries never store a line twice.`,
 				sort.Strings(known)
 				return fmt.Errorf("--topic: no shard consumes topic %q (topics with shards: %s)", topicName, orDash(strings.Join(known, ", ")))
 			}
-			opener, err := openWAL(cf.walURL, 1, hclog.NewNullLogger())
+			opener, err := openWAL(cf.walURL, 1, cf.dialTimeout, hclog.NewNullLogger())
 			if err != nil {
 				return err
 			}

@@ -153,7 +153,7 @@ func Serve(ctx context.Context, cfg ServeConfig, app shard.App, apps map[string]
 		walURL = ns.URL()
 		log.Info("embedded nats-server started", "url", walURL, "store_dir", dir, "sync", cfg.WALSync)
 	}
-	opener, err := openWAL(walURL, cfg.WALReplicas, log)
+	opener, err := openWAL(walURL, cfg.WALReplicas, 0, log)
 	if err != nil {
 		return err
 	}

@@ -77,7 +77,7 @@ Snapshots are read from the JetStream object store on --wal.url, or from
 				return err
 			}
 			defer dbOpts.Destroy()
-			opener, err := openWAL(cf.walURL, 1, recoverLogger(opts))
+			opener, err := openWAL(cf.walURL, 1, cf.dialTimeout, recoverLogger(opts))
 			if err != nil {
 				return err
 			}

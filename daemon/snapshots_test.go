@@ -32,7 +32,7 @@ func TestShardsRecover(t *testing.T) {
 	url := natstest.Start(t)
 	const prefix, shardID = "/consumerd", "wc-7"
 
-	opener, err := openWAL(url, 1, hclog.NewNullLogger())
+	opener, err := openWAL(url, 1, 0, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -81,6 +81,16 @@ func TestServeEmbedded(t *testing.T) {
 	if _, err := client("the cat\nthe dog\na cat\n", "publish", "--topic", "words"); err != nil {
 		t.Fatalf("publish: %v", err)
 	}
+	// Bad input: a topic no shard reads, an unreachable NATS (named).
+	if _, err := client("x\n", "publish", "--topic", "nope"); err == nil || !strings.Contains(err.Error(), `no shard consumes topic "nope"`) {
+		t.Errorf("publish to an unknown topic: %v", err)
+	}
+	deadNATS := fmt.Sprintf("nats://127.0.0.1:%d", freePort(t))
+	cmd := exec.Command(bin, "publish", "--topic", "words", "--etcd.endpoints", etcdURL, "--wal.url", deadNATS, "--dial-timeout", "1s")
+	cmd.Stdin = strings.NewReader("x\n")
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), deadNATS) || !strings.Contains(string(out), "NATS") {
+		t.Errorf("publish with NATS down: %v: %s", err, out)
+	}
 	want := "a 1\ncat 2\ndog 1\nthe 2\n"
 	waitFor(t, 30*time.Second, "counts of the published lines", func() (bool, string) {
 		out, err := client("", "query", "--app", "wordcount", "--all")
