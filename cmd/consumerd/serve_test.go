@@ -265,27 +265,11 @@ func TestServeShutdownBounds(t *testing.T) {
 			return got >= n, fmt.Sprintf("%d shutdown requests logged", got)
 		}
 	}
-	// 1. The timeout bounds the drain.
+	// 1. A second signal exits at once (a is the leader and holds every
+	// shard; b, frozen, can take none).
+	a.signal(syscall.SIGTERM)
+	waitFor(t, 10*time.Second, "a to log the shutdown request", logged(a, 1))
 	start := time.Now()
-	a.signal(syscall.SIGTERM)
-	select {
-	case <-a.done:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("a did not exit within 30s of SIGTERM with --shutdown-timeout 2s")
-	}
-	if code := a.cmd.ProcessState.ExitCode(); code != 1 || time.Since(start) < 2*time.Second {
-		t.Fatalf("a exited with code %d after %s; want 1 after the 2s timeout", code, time.Since(start))
-	}
-
-	// 2. A second signal exits at once.
-	a = startA()
-	waitFor(t, 60*time.Second, "a's /livez after restart", func() (bool, string) {
-		code, _, err := httpGet("http://" + aHTTP + "/livez")
-		return err == nil && code == 200, fmt.Sprint(code, err)
-	})
-	a.signal(syscall.SIGTERM)
-	waitFor(t, 10*time.Second, "a to log the shutdown request", logged(a, 2))
-	start = time.Now()
 	a.signal(syscall.SIGTERM)
 	select {
 	case <-a.done:
@@ -294,6 +278,29 @@ func TestServeShutdownBounds(t *testing.T) {
 	}
 	if code := a.cmd.ProcessState.ExitCode(); code != 1 || time.Since(start) > 1500*time.Millisecond {
 		t.Fatalf("a exited with code %d %s after the second SIGTERM; want 1, at once", code, time.Since(start))
+	}
+
+	// 2. The timeout bounds a drain. b (now the leader) wakes up and gives a
+	// shard to the restarted a, then freezes again: nobody can move it.
+	b.signal(syscall.SIGCONT)
+	a = startA()
+	waitFor(t, 60*time.Second, "a to hold a replica", func() (bool, string) {
+		out, err := exec.Command(bin, "shards", "list", "-o", "json", "--etcd.endpoints", etcdURL, "--wal.url", "nats://"+natsAddr).Output()
+		if err != nil {
+			return false, err.Error()
+		}
+		return strings.Contains(string(out), `"member": "a"`), string(out)
+	})
+	b.signal(syscall.SIGSTOP)
+	start = time.Now()
+	a.signal(syscall.SIGTERM)
+	select {
+	case <-a.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("a did not exit within 30s of SIGTERM with --shutdown-timeout 2s")
+	}
+	if code := a.cmd.ProcessState.ExitCode(); code != 1 || time.Since(start) < 2*time.Second {
+		t.Fatalf("a exited with code %d after %s; want 1 after the 2s timeout", code, time.Since(start))
 	}
 	b.signal(syscall.SIGCONT)
 }
