@@ -190,6 +190,10 @@ func planGroups(snap Snapshot, prefix string, members []SchedMember, items []Sch
 		})
 	}
 
+	taken := map[string][]int{} // item -> slots of undecodable keys
+	for _, a := range snap.Undecodable {
+		taken[a.Item] = append(taken[a.Item], a.Slot)
+	}
 	for i, it := range items {
 		d := sol.Desired[i]
 		want := it.Replication
@@ -210,6 +214,9 @@ func planGroups(snap Snapshot, prefix string, members []SchedMember, items []Sch
 		// member are removed), the primary, free slots, consistent count.
 		cur := map[int]Assignment{}
 		usedSlots := map[int]bool{}
+		for _, slot := range taken[it.ID] {
+			usedSlots[slot] = true
+		}
 		var primary *Assignment
 		consistent := 0
 		for k := range perItem[i] {
@@ -272,7 +279,11 @@ func planGroups(snap Snapshot, prefix string, members []SchedMember, items []Sch
 		handled := map[int]bool{}
 		if len(d) > 0 {
 			next, ok := cur[int(d[0])]
-			if ok && next.Slot != 0 {
+			slot0Taken := false
+			for _, slot := range taken[it.ID] {
+				slot0Taken = slot0Taken || slot == 0
+			}
+			if ok && next.Slot != 0 && !slot0Taken {
 				// Without a primary, or with one that is not consistent
 				// yet (it serves nothing), promote at once; otherwise only
 				// a consistent successor, and only while the item keeps its
@@ -410,6 +421,7 @@ type converger struct {
 	m             *Member
 	log           hclog.Logger
 	lastShortfall string
+	failures      int // consecutive transactions whose compares failed
 }
 
 func (c *converger) init(m *Member) {
@@ -462,9 +474,26 @@ func (c *converger) round(ctx context.Context, snap Snapshot) (again bool, err e
 		}
 		lastRev = resp.Header.Revision
 		if !resp.Succeeded {
-			c.log.Debug("converge txn compare failed; recomputing", "revision", lastRev)
-			break
+			// Something changed since the snapshot: recompute once the
+			// mirror caught up. Back off when this keeps happening (e.g. a
+			// key the mirror cannot decode), so a stuck compare is not a
+			// hot loop.
+			c.failures++
+			if c.failures%20 == 0 {
+				c.log.Warn("converge transactions keep failing their compares", "failures", c.failures, "ops", strings.Join(t.descs, "; "))
+			}
+			if err := c.m.ks.WaitForRevision(ctx, lastRev); err != nil {
+				return true, err
+			}
+			delay := time.Duration(min(c.failures, 8)) * time.Duration(c.failures) * 5 * time.Millisecond
+			select {
+			case <-ctx.Done():
+				return true, ctx.Err()
+			case <-time.After(min(delay, 2*time.Second)):
+			}
+			return true, nil
 		}
+		c.failures = 0
 		assignmentsAdded.Add(float64(t.adds))
 		assignmentsRemoved.Add(float64(t.removes))
 		assignmentsPromoted.Add(float64(t.promotions))

@@ -34,7 +34,10 @@ type KeySpace struct {
 	members     map[string]MemberInfo // by key
 	items       map[string]ItemInfo   // by id
 	assignments map[string]Assignment // by key
-	changed     chan struct{}         // closed and replaced on every update
+	// badAssign holds assignment keys whose key parses but whose value does
+	// not decode: skipped, but their slots are taken.
+	badAssign map[string]Assignment
+	changed   chan struct{} // closed and replaced on every update
 }
 
 // NewKeySpace returns an empty mirror of prefix. decodeItem nil means
@@ -54,6 +57,7 @@ func NewKeySpace(client *clientv3.Client, prefix string, decodeItem func(id stri
 		members:     map[string]MemberInfo{},
 		items:       map[string]ItemInfo{},
 		assignments: map[string]Assignment{},
+		badAssign:   map[string]Assignment{},
 		changed:     make(chan struct{}),
 	}
 }
@@ -71,11 +75,12 @@ func (ks *KeySpace) Load(ctx context.Context) error {
 	members := map[string]MemberInfo{}
 	items := map[string]ItemInfo{}
 	assignments := map[string]Assignment{}
+	bad := map[string]Assignment{}
 	for _, kv := range resp.Kvs {
-		ks.decodeInto(kv, members, items, assignments)
+		ks.decodeInto(kv, members, items, assignments, bad)
 	}
 	ks.mu.Lock()
-	ks.members, ks.items, ks.assignments = members, items, assignments
+	ks.members, ks.items, ks.assignments, ks.badAssign = members, items, assignments, bad
 	ks.revision = resp.Header.Revision
 	ks.loaded = true
 	ks.notifyLocked()
@@ -176,6 +181,7 @@ func (ks *KeySpace) apply(resp clientv3.WatchResponse) {
 	defer ks.mu.Unlock()
 	for _, ev := range resp.Events {
 		key := string(ev.Kv.Key)
+		delete(ks.badAssign, key)
 		if ev.Type == mvccpb.DELETE {
 			delete(ks.members, key)
 			delete(ks.assignments, key)
@@ -191,7 +197,7 @@ func (ks *KeySpace) apply(resp clientv3.WatchResponse) {
 		if id, err := ParseItemKey(ks.prefix, key); err == nil {
 			delete(ks.items, id)
 		}
-		ks.decodeInto(ev.Kv, ks.members, ks.items, ks.assignments)
+		ks.decodeInto(ev.Kv, ks.members, ks.items, ks.assignments, ks.badAssign)
 	}
 	if r := resp.Header.Revision; r > ks.revision {
 		ks.revision = r
@@ -206,7 +212,7 @@ func (ks *KeySpace) notifyLocked() {
 
 // decodeInto decodes one key/value into the maps, logging and skipping what
 // does not decode.
-func (ks *KeySpace) decodeInto(kv *mvccpb.KeyValue, members map[string]MemberInfo, items map[string]ItemInfo, assignments map[string]Assignment) {
+func (ks *KeySpace) decodeInto(kv *mvccpb.KeyValue, members map[string]MemberInfo, items map[string]ItemInfo, assignments, bad map[string]Assignment) {
 	key := string(kv.Key)
 	rest := strings.TrimPrefix(key, ks.prefix)
 	switch {
@@ -238,11 +244,12 @@ func (ks *KeySpace) decodeInto(kv *mvccpb.KeyValue, members map[string]MemberInf
 	case strings.HasPrefix(rest, assignDir):
 		a, err := ParseAssignmentKey(ks.prefix, key)
 		if err == nil {
+			a.CreateRevision, a.ModRevision = kv.CreateRevision, kv.ModRevision
 			if a.Status, err = DecodeReplicaStatus(kv.Value); err == nil {
-				a.CreateRevision, a.ModRevision = kv.CreateRevision, kv.ModRevision
 				assignments[key] = a
 				return
 			}
+			bad[key] = a
 		}
 		ks.skip(key, err)
 	default:
@@ -306,6 +313,9 @@ func (ks *KeySpace) Snapshot() Snapshot {
 	for _, a := range ks.assignments {
 		s.Assignments = append(s.Assignments, a)
 	}
+	for _, a := range ks.badAssign {
+		s.Undecodable = append(s.Undecodable, a)
+	}
 	ks.mu.RUnlock()
 
 	sort.Slice(s.Members, func(i, j int) bool {
@@ -316,6 +326,7 @@ func (ks *KeySpace) Snapshot() Snapshot {
 		return a.ID < b.ID
 	})
 	sortAssignments(s.Assignments)
+	sortAssignments(s.Undecodable)
 	var lead *MemberInfo
 	for i := range s.Members {
 		if lead == nil || s.Members[i].CreateRevision < lead.CreateRevision {

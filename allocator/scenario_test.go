@@ -43,7 +43,7 @@ var update = flag.Bool("update", false, "rewrite expected blocks of testdata/sce
 //	running                 assert every member not killed or exited is still running
 //	check                   assert scheduler invariants on the assignments
 //	expect                  the assignments, one item a line, until "end":
-//	                          ITEM ZONE/MEMBER:STATE ... (slot 0 first, '-' if none; then by member)
+//	                          ITEM ZONE/MEMBER/SLOT:STATE ... (slot 0 first, '-' if none; then by member)
 //	                        run with -update to rewrite the block from the actual state
 func TestScenarios(t *testing.T) {
 	files, err := filepath.Glob("testdata/scenarios/*.txt")
@@ -431,7 +431,7 @@ func (s *scenario) assignmentLines() []string {
 			parts = append(parts, "-")
 		}
 		for _, a := range list {
-			parts = append(parts, a.Zone+"/"+a.Member+":"+string(a.Status.State))
+			parts = append(parts, fmt.Sprintf("%s/%s/%d:%s", a.Zone, a.Member, a.Slot, a.Status.State))
 		}
 		out = append(out, strings.Join(parts, " "))
 	}

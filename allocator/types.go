@@ -95,6 +95,10 @@ type Snapshot struct {
 	Items   map[string]ItemInfo
 	// Assignments sorted by (item, slot, zone, member).
 	Assignments []Assignment
+	// Undecodable are assignment keys whose key parses but whose value does
+	// not (Status is zero): they are not assignments, but their keys are
+	// taken, so the leader does not write a key that already exists.
+	Undecodable []Assignment
 	// Leader is "zone/member" of the member with the lowest CreateRevision,
 	// or "" when there are no members.
 	Leader string
