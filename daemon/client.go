@@ -33,7 +33,7 @@ type clientFlags struct {
 func (c *clientFlags) bind(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&c.etcdEndpoints, "etcd.endpoints", []string{"127.0.0.1:2379"}, "etcd endpoints, comma separated")
 	fs.StringVar(&c.etcdPrefix, "etcd.prefix", "/consumerd", "root of consumerd's keys in etcd")
-	fs.StringVar(&c.walURL, "wal.url", "nats://127.0.0.1:4222", "NATS URL(s) of the JetStream WAL, comma separated (publish, shards list)")
+	fs.StringVar(&c.walURL, "wal.url", "nats://127.0.0.1:4222", "NATS URL(s) of the JetStream WAL, comma separated")
 	fs.DurationVar(&c.dialTimeout, "dial-timeout", 5*time.Second, "how long to try reaching etcd, NATS and members before giving up")
 }
 
