@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"sort"
 	"strings"
@@ -294,6 +295,43 @@ func TestFaults(t *testing.T) {
 	if v := strings.TrimSpace(c.mustRun(nil, "query", "--app", "wordcount", "--key", "w000")); v != fmt.Sprint(counts["w000"]) {
 		t.Fatalf("query --key w000 = %q, want %d", v, counts["w000"])
 	}
+	// /v1/query on a member that is not the shard's primary forwards once to
+	// the primary; a request that was already forwarded is not forwarded again.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	as, err := c.assignments(ctx)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shard0, primary0 string
+	for _, a := range as {
+		if a.slot == 0 {
+			shard0, primary0 = a.shard, a.member
+			break
+		}
+	}
+	for _, m := range members {
+		if m.id == primary0 {
+			continue
+		}
+		u := "http://" + m.httpAddr + "/v1/query?app=wordcount&all=1&shard=" + shard0
+		code, body, err := httpGet(u)
+		if err != nil || code != 200 || !strings.Contains(string(body), `"`+shard0+`"`) {
+			t.Fatalf("forwarded query via %s: %d %s %v", m.id, code, body, err)
+		}
+		req, _ := http.NewRequest(http.MethodGet, u, nil)
+		req.Header.Set("Consumerd-Forwarded", "test")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusMisdirectedRequest {
+			t.Fatalf("already-forwarded query via %s: status %d, want 421", m.id, resp.StatusCode)
+		}
+		break
+	}
+
 	// SIGTERM drains a member make-before-break: it exits 0 once its shards
 	// moved, and nothing is lost or counted twice.
 	m3 := byID["m3"]
