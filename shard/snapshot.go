@@ -85,8 +85,7 @@ func snapshotDBOptions(c Consumer) (*grocksdb.Options, error) {
 	opts := grocksdb.NewDefaultOptions()
 	if oi, ok := c.(OptionsIniter); ok {
 		if err := safeCall("InitOptions", func() error { oi.InitOptions(opts); return nil }); err != nil {
-			opts.Destroy()
-			return nil, err
+			return nil, err // options left to the process: see destroyOptions
 		}
 	}
 	return opts, nil
@@ -122,7 +121,7 @@ func (r *replica) restoreSnapshot(ctx context.Context, dir string, c Consumer, i
 	if err != nil {
 		return false, err
 	}
-	defer opts.Destroy()
+	defer destroyOptions(opts, c)
 	var p *snapshot.Pointer
 	if ok {
 		p = &ptr
@@ -144,7 +143,7 @@ func localPosition(dir string, c Consumer) (recoverylog.Position, error) {
 	if err != nil {
 		return recoverylog.Position{}, err
 	}
-	defer opts.Destroy()
+	defer destroyOptions(opts, c)
 	db, err := grocksdb.OpenDbForReadOnly(opts, dir, false)
 	if err != nil {
 		return recoverylog.Position{}, err
