@@ -19,6 +19,9 @@ import (
 	"github.com/consumerd/consumerd/shard"
 )
 
+// maxParallelQueries bounds the shard queries a gather has in flight.
+const maxParallelQueries = 16
+
 // ForwardedHeader marks a /v1/query request that a member forwarded to the
 // shard's primary; the receiver never forwards it again (one hop, no loops).
 const ForwardedHeader = "Consumerd-Forwarded"
@@ -338,8 +341,11 @@ func gather(ctx context.Context, hc *http.Client, snap allocator.Snapshot, app s
 		err  error
 	}
 	answers := make(chan answer, len(ids))
+	sem := make(chan struct{}, maxParallelQueries)
 	for _, id := range ids {
-		go func() {
+		go func() { // owned here: sends exactly one answer, bounded by ctx
+			sem <- struct{}{}
+			defer func() { <-sem }()
 			vals, err := queryShard(ctx, hc, snap, app.Name, id, key, all)
 			answers <- answer{id, vals, err}
 		}()
