@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -43,7 +44,8 @@ type Server struct {
 	endpoints []string
 	// closing silences the logger during Close: etcd reports its own
 	// listeners closing as errors ("use of closed network connection").
-	closing *atomic.Bool
+	closing   *atomic.Bool
+	closeOnce sync.Once
 }
 
 // Start starts an embedded etcd server and waits until it serves clients.
@@ -135,11 +137,14 @@ func (s *Server) Endpoints() []string { return append([]string(nil), s.endpoints
 func (s *Server) Err() <-chan error { return s.etcd.Err() }
 
 // Close stops the server and waits for it to release its ports and files.
-// It is safe to call more than once.
+// Client streams still open are given etcd's request timeout (about 5s) to
+// finish, so close clients first. It is safe to call more than once.
 func (s *Server) Close() {
-	s.closing.Store(true)
-	s.etcd.Close()
-	<-s.etcd.Server.StopNotify()
+	s.closeOnce.Do(func() {
+		s.closing.Store(true)
+		s.etcd.Close()
+		<-s.etcd.Server.StopNotify()
+	})
 }
 
 // hclogCore is a zapcore.Core writing warnings and errors to an hclog.Logger.

@@ -36,6 +36,7 @@ func TestStartPutGet(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
+	defer srv.Close() // idempotent
 	c, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
