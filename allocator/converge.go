@@ -67,7 +67,11 @@ func scheduleInput(snap Snapshot) (members []SchedMember, items []SchedItem, per
 	items = make([]SchedItem, len(ids))
 	perItem = make([][]Assignment, len(ids))
 	for i, id := range ids {
-		items[i] = SchedItem{ID: id, Replication: snap.Items[id].Item.DesiredReplication()}
+		r := 0 // an item without a decoded value wants nothing
+		if it := snap.Items[id].Item; it != nil {
+			r = it.DesiredReplication()
+		}
+		items[i] = SchedItem{ID: id, Replication: r}
 		itemIdx[id] = i
 	}
 	for _, a := range snap.Assignments {
