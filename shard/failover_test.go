@@ -71,7 +71,11 @@ func TestStandbyPromotionLosesNothing(t *testing.T) {
 	lines := shardtest.Corpus(6, 120)
 	e.Publish(0, lines[:40]...)
 	a := e.StartNode("a", t.TempDir())
-	b := e.StartNode("b", t.TempDir())
+	// b counts its replica starts: promotion must not start a new one.
+	var bStarts atomic.Int64
+	bApp := wordcount.App()
+	bApp.NewConsumer = func() shard.Consumer { bStarts.Add(1); return &wordcount.Consumer{} }
+	b := e.StartNodeApps("b", t.TempDir(), map[string]shard.App{wordcount.Name: bApp})
 	e.Assign(a, spec.ID, 0)
 	e.Assign(b, spec.ID, 1)
 	e.WaitState(a, spec.ID, 0, allocator.StatePrimary)
@@ -95,6 +99,9 @@ func TestStandbyPromotionLosesNothing(t *testing.T) {
 	e.Publish(0, lines[80:]...)
 	if d := shardtest.DiffCounts(e.Counts(b, spec), wordcount.Count(lines)); d != "" {
 		t.Fatalf("counts after promotion: %s", d)
+	}
+	if n := bStarts.Load(); n != 1 {
+		t.Fatalf("the standby started %d replicas: promotion restarted it instead of handing off in place", n)
 	}
 }
 
