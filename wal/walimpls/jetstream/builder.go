@@ -59,9 +59,12 @@ func (b *Builder) Build() (walimpls.OpenerImpls, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: connect to %s: %w", cfg.URL, err)
 	}
+	o := &opener{cfg: cfg, nc: nc, log: log, wals: map[*walImpl]struct{}{}, pend: map[*nats.Msg]*pending{}}
 	js, err := jetstream.New(nc,
 		jetstream.WithPublishAsyncMaxPending(cfg.MaxPending),
 		jetstream.WithPublishAsyncTimeout(cfg.AckTimeout),
+		jetstream.WithPublishAsyncAckHandler(o.onAck),
+		jetstream.WithPublishAsyncErrHandler(o.onErr),
 	)
 	if err != nil {
 		nc.Close()
@@ -74,7 +77,8 @@ func (b *Builder) Build() (walimpls.OpenerImpls, error) {
 		return nil, fmt.Errorf("jetstream: JetStream not available on %s: %w", cfg.URL, err)
 	}
 	log.Debug("connected", "url", nc.ConnectedUrl(), "max_payload", nc.MaxPayload())
-	return &opener{cfg: cfg, nc: nc, js: js, log: log, wals: map[*walImpl]struct{}{}}, nil
+	o.js = js
+	return o, nil
 }
 
 // opener is one NATS connection; it opens channels (streams).
@@ -90,6 +94,10 @@ type opener struct {
 	// truncMu serialises Truncate's read-modify-write of stream metadata
 	// within this connection.
 	truncMu sync.Mutex
+	// pend maps each published, unacknowledged message to its append, for
+	// the ack handlers.
+	pendMu sync.Mutex
+	pend   map[*nats.Msg]*pending
 }
 
 // Open opens (creating if needed) the channel's stream and, for a term > 0,

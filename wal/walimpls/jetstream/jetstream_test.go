@@ -40,6 +40,19 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// The same suite on a 3-node JetStream cluster with R=3 streams (the
+// production layout): conditional, pipelined appends and fencing go through
+// the clustered proposal path.
+func TestConformanceReplicated(t *testing.T) {
+	if testing.Short() {
+		t.Skip("3-node cluster")
+	}
+	url := natstest.StartCluster(t, 3)
+	walimplstest.Run(t, func(t *testing.T) walimpls.OpenerBuilderImpls {
+		return jetstream.NewBuilder(jetstream.Config{URL: url, Prefix: freshPrefix(), Replicas: 3})
+	})
+}
+
 func buildOpener(t *testing.T, cfg jetstream.Config) walimpls.OpenerImpls {
 	t.Helper()
 	o, err := jetstream.NewBuilder(cfg).Build()
@@ -154,9 +167,18 @@ func TestSimilarChannelsAreSeparate(t *testing.T) {
 // appends: once term 2 opened, term 1 is fenced for good, and only
 // acknowledged appends are stored.
 func TestFencingAcrossConnectionsWhilePipelining(t *testing.T) {
-	url := natstest.Start(t)
-	o1 := buildOpener(t, jetstream.Config{URL: url})
-	o2 := buildOpener(t, jetstream.Config{URL: url})
+	t.Run("single", func(t *testing.T) { fencingWhilePipelining(t, natstest.Start(t), 1) })
+	t.Run("R3", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("3-node cluster")
+		}
+		fencingWhilePipelining(t, natstest.StartCluster(t, 3), 3)
+	})
+}
+
+func fencingWhilePipelining(t *testing.T, url string, replicas int) {
+	o1 := buildOpener(t, jetstream.Config{URL: url, Replicas: replicas})
+	o2 := buildOpener(t, jetstream.Config{URL: url, Replicas: replicas})
 	const ch = "recovery/fence-pipe"
 	w1 := openWAL(t, o1, ch, 1)
 	ctx := ctxFor(t)
@@ -434,6 +456,7 @@ func TestTruncateUnderLaggingScanner(t *testing.T) {
 			t.Fatal("scanner delivered all messages although the middle was truncated unread")
 		}
 	}
+	<-s.Done()
 	if err := s.Error(); !errors.Is(err, walimpls.ErrTruncated) {
 		t.Fatalf("scanner stopped with %v, want ErrTruncated", err)
 	}

@@ -112,7 +112,8 @@ type scanner struct {
 	cancel context.CancelFunc
 	once   sync.Once
 	next   uint64 // sequence expected next (0 = unknown); a larger one is a gap
-	err    error  // written before done is closed
+	errMu  sync.Mutex
+	err    error // why it stopped; set before ch is closed
 }
 
 var _ walimpls.ScannerImpls = (*scanner)(nil)
@@ -121,14 +122,12 @@ func (s *scanner) Name() string                          { return s.name }
 func (s *scanner) Chan() <-chan message.ImmutableMessage { return s.ch }
 func (s *scanner) Done() <-chan struct{}                 { return s.done }
 
-// Error says why the scanner stopped; nil while it runs.
+// Error says why the scanner stopped; nil while it runs. It is set before
+// Chan is closed.
 func (s *scanner) Error() error {
-	select {
-	case <-s.done:
-		return s.err
-	default:
-		return nil
-	}
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	return s.err
 }
 
 // Close stops the scanner and waits for it. Safe to call more than once.
@@ -160,7 +159,9 @@ func (s *scanner) run() {
 	if s.stopped() {
 		err = walimpls.ErrScannerClosed
 	}
+	s.errMu.Lock()
 	s.err = err
+	s.errMu.Unlock()
 	s.halt()
 	close(s.ch)
 	s.w.mu.Lock()

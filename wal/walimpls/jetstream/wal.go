@@ -29,20 +29,7 @@ const (
 // last sequence under it.
 const maxConflictRetries = 8
 
-// pending is one append waiting for its acknowledgement.
-type pending struct {
-	m     *nats.Msg
-	msgID string // fenced writers: Nats-Msg-Id, stable across re-sends
-	fut   jetstream.PubAckFuture
-	err   error // failed before (or instead of) publishing
-	cb    func(message.MessageID, error)
-	tries int // conflict re-sends so far
-}
-
-// walImpl is one open channel. Appends are published asynchronously in call
-// order; a single goroutine (run) waits for their acknowledgements in that
-// order, calls the callbacks, and — for fenced writers — re-synchronises the
-// expected last sequence after a conflict.
+// walImpl is one open channel. See append.go for the append pipeline.
 type walImpl struct {
 	o    *opener
 	n    names
@@ -52,16 +39,23 @@ type walImpl struct {
 
 	mu        sync.Mutex
 	closed    bool
-	fencedErr error  // set once fenced; wraps walimpls.ErrFenced
-	expected  uint64 // fenced writers: stream last sequence the next append expects, when chain is ""
-	chain     string // fenced writers: Nats-Msg-Id of the append sent last ("" right after a sync)
-	idPrefix  string // fenced writers: unique prefix of generated Nats-Msg-Ids
-	idSeq     uint64
-	resyncing bool       // fenced writers: appends wait in held
-	held      []*pending // appends made during a resync
-	queue     []*pending // published (or failed) appends, in call order
+	fencedErr error // set once fenced; wraps walimpls.ErrFenced
 	scanners  map[*scanner]struct{}
 	started   bool
+
+	// Term-0 appends: acknowledged straight from the connection's ack
+	// handler; inflight counts them for Close.
+	inflight sync.WaitGroup
+
+	// Fenced writers (term > 0): appends are queued in call order and
+	// settled by the ack handler; run reports them in order and resyncs.
+	expected  uint64     // stream last sequence the next append expects, when chain is ""
+	chain     string     // Nats-Msg-Id of the append sent last ("" right after a sync)
+	idPrefix  string     // unique prefix of generated Nats-Msg-Ids
+	idSeq     uint64     // counter behind idPrefix
+	resyncing bool       // appends wait in held
+	held      []*pending // appends made during a resync
+	queue     []*pending // sent (or failed) appends, in call order
 
 	wake     chan struct{} // nudges run; capacity 1
 	closing  chan struct{} // closed by Close: run drains the queue and exits
@@ -94,7 +88,11 @@ func (w *walImpl) start() {
 	w.mu.Lock()
 	w.started = true
 	w.mu.Unlock()
-	go w.run()
+	if w.term > 0 {
+		go w.run()
+	} else {
+		close(w.loopDone)
+	}
 }
 
 // WALName is "jetstream".
@@ -196,236 +194,6 @@ func isWrongLastSeq(err error) bool {
 	return false
 }
 
-// Append stores msg and waits for the acknowledgement.
-func (w *walImpl) Append(ctx context.Context, msg message.MutableMessage) (message.MessageID, error) {
-	type result struct {
-		id  message.MessageID
-		err error
-	}
-	ch := make(chan result, 1)
-	w.AppendAsync(ctx, msg, func(id message.MessageID, err error) { ch <- result{id, err} })
-	select {
-	case r := <-ch:
-		return r.id, r.err
-	case <-ctx.Done():
-		return 0, fmt.Errorf("jetstream: append to channel %q: %w (the message may have been stored)", w.n.channel, ctx.Err())
-	}
-}
-
-// AppendAsync publishes msg and calls cb with its id once acknowledged (see
-// walimpls.AsyncAppender). Term-0 appends are unconditional; appends of a
-// term > 0 are conditional on the stream's last sequence, which the writer
-// tracks itself so that appends pipeline.
-func (w *walImpl) AppendAsync(ctx context.Context, msg message.MutableMessage, cb func(message.MessageID, error)) {
-	if err := ctx.Err(); err != nil {
-		cb(0, fmt.Errorf("jetstream: append to channel %q: %w", w.n.channel, err))
-		return
-	}
-	p := &pending{m: encodeMessage(w.n.data, &msg), cb: cb}
-	w.mu.Lock()
-	if w.closed {
-		w.mu.Unlock()
-		cb(0, fmt.Errorf("jetstream: append to channel %q: %w", w.n.channel, walimpls.ErrClosed))
-		return
-	}
-	if w.fencedErr != nil {
-		err := w.fencedErr
-		w.mu.Unlock()
-		cb(0, err)
-		return
-	}
-	if w.resyncing {
-		w.held = append(w.held, p)
-		w.mu.Unlock()
-		return
-	}
-	w.publishLocked(ctx, p)
-	w.mu.Unlock()
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
-}
-
-// publishLocked sends p (conditional on w.expected for a fenced writer) and
-// queues it. Called with w.mu held, so queue order is wire order.
-func (w *walImpl) publishLocked(ctx context.Context, p *pending) {
-	if w.term > 0 {
-		if p.msgID == "" {
-			p.msgID = p.m.Header.Get(jetstream.MsgIDHeader) // the caller's DedupeID
-			if p.msgID == "" {
-				w.idSeq++
-				p.msgID = w.idPrefix + strconv.FormatUint(w.idSeq, 36)
-			}
-		}
-		setChain(p.m, p.msgID, w.chain, w.expected)
-	}
-	if max := w.o.nc.MaxPayload(); max > 0 {
-		if total, hdr := wireSize(p.m); int64(total) > max {
-			p.err = walimpls.Permanent(fmt.Errorf(
-				"jetstream: append to channel %q: message of %d bytes (payload %d + headers %d) exceeds the NATS server's max_payload of %d bytes",
-				w.n.channel, total, len(p.m.Data), hdr, max))
-			w.queue = append(w.queue, p)
-			return
-		}
-	}
-	for {
-		fut, err := w.o.js.PublishMsgAsync(p.m)
-		if err == nil {
-			p.fut = fut
-			if w.term > 0 {
-				w.chain = p.msgID
-			}
-			break
-		}
-		if errors.Is(err, jetstream.ErrTooManyStalledMsgs) && ctx.Err() == nil && !w.killed() {
-			continue // backpressure: MaxPending acks outstanding
-		}
-		if errors.Is(err, nats.ErrMaxPayload) {
-			err = walimpls.Permanent(err)
-		}
-		p.err = fmt.Errorf("jetstream: append to channel %q on %s: %w", w.n.channel, w.o.cfg.URL, err)
-		break
-	}
-	w.queue = append(w.queue, p)
-}
-
-func (w *walImpl) killed() bool {
-	select {
-	case <-w.kill:
-		return true
-	default:
-		return false
-	}
-}
-
-// run delivers acknowledgements in call order until Close drains the queue.
-func (w *walImpl) run() {
-	defer close(w.loopDone)
-	for {
-		p := w.pop(true)
-		if p == nil {
-			return
-		}
-		id, err, conflict := w.await(p)
-		if conflict {
-			w.resync(p)
-			continue
-		}
-		p.cb(id, err)
-	}
-}
-
-// pop takes the oldest queued append; with wait it blocks until there is one
-// or the WAL is closed and drained (then it returns nil).
-func (w *walImpl) pop(wait bool) *pending {
-	for {
-		w.mu.Lock()
-		if len(w.queue) > 0 {
-			p := w.queue[0]
-			w.queue[0] = nil
-			w.queue = w.queue[1:]
-			w.mu.Unlock()
-			return p
-		}
-		closed := w.closed
-		w.mu.Unlock()
-		if closed || !wait {
-			return nil
-		}
-		select {
-		case <-w.wake:
-		case <-w.closing:
-		}
-	}
-}
-
-// await waits for p's outcome. conflict reports a fenced writer's append
-// rejected for a wrong last sequence.
-func (w *walImpl) await(p *pending) (message.MessageID, error, bool) {
-	if p.err != nil {
-		return 0, p.err, false
-	}
-	select {
-	case ack := <-p.fut.Ok():
-		return message.MessageID(ack.Sequence), nil, false
-	case err := <-p.fut.Err():
-		if w.term > 0 && isWrongLastSeq(err) {
-			return 0, nil, true
-		}
-		return 0, fmt.Errorf("jetstream: append to channel %q on %s: %w", w.n.channel, w.o.cfg.URL, err), false
-	case <-w.kill:
-		return 0, fmt.Errorf("jetstream: append to channel %q: no acknowledgement before close: %w", w.n.channel, walimpls.ErrClosed), false
-	}
-}
-
-// resync handles a fenced writer's append rejected for a wrong last
-// sequence: it holds new appends, collects the outcome of every append
-// already sent, reads the last sequence and the fence term, and then either
-// fails everything with ErrFenced (a higher term exists) or re-sends the
-// rejected appends, then the held ones, in call order. Appends are chained
-// (see setChain), so once one is rejected every later one in flight is
-// rejected too, and re-sending keeps call order.
-func (w *walImpl) resync(first *pending) {
-	w.mu.Lock()
-	w.resyncing = true
-	w.mu.Unlock()
-
-	retry := []*pending{first}
-	for {
-		p := w.pop(false)
-		if p == nil {
-			break
-		}
-		id, err, conflict := w.await(p)
-		if conflict {
-			retry = append(retry, p)
-		} else {
-			p.cb(id, err)
-		}
-	}
-
-	ctx, cancel := context.WithTimeout(context.Background(), w.o.cfg.AckTimeout)
-	last, fterm, err := w.lastSeqAndFence(ctx)
-	cancel()
-
-	w.mu.Lock()
-	all := append(retry, w.held...)
-	w.held = nil
-	w.resyncing = false
-	var fail error
-	switch {
-	case err != nil:
-		fail = fmt.Errorf("jetstream: append to channel %q: resynchronising after a conflicting append: %w", w.n.channel, err)
-	case fterm > w.term:
-		w.fencedErr = w.fenced(fterm)
-		fail = w.fencedErr
-		w.log.Info("fenced by a higher term", "current_term", fterm)
-	default:
-		w.log.Debug("another writer appended; re-sending", "last_seq", last, "resent", len(retry))
-		w.expected = last
-	}
-	w.chain = ""
-	for i, p := range all {
-		p.fut = nil
-		switch {
-		case fail != nil:
-			p.err = fail
-			w.queue = append(w.queue, p)
-		case i < len(retry) && p.tries >= maxConflictRetries:
-			p.err = fmt.Errorf("jetstream: append to channel %q: rejected %d times because another writer with term %d or no term keeps appending",
-				w.n.channel, p.tries+1, w.term)
-			w.queue = append(w.queue, p)
-		default:
-			if i < len(retry) {
-				p.tries++
-			}
-			w.publishLocked(context.Background(), p)
-		}
-	}
-	w.mu.Unlock()
-}
-
 // LastID is the sequence of the last message on the data subject, or 0.
 func (w *walImpl) LastID(ctx context.Context) (message.MessageID, error) {
 	ctx, cancel := w.o.reqCtx(ctx)
@@ -489,7 +257,8 @@ func (w *walImpl) Truncate(ctx context.Context, id message.MessageID) error {
 }
 
 // Close stops new appends, waits (up to AckTimeout) for acknowledgements of
-// appends in flight, closes scanners, and releases the WAL.
+// appends in flight (failing the rest with ErrClosed), closes scanners, and
+// releases the WAL.
 func (w *walImpl) Close() {
 	w.mu.Lock()
 	if w.closed {
@@ -508,13 +277,20 @@ func (w *walImpl) Close() {
 		_ = s.Close()
 	}
 	if started {
+		drained := make(chan struct{})
+		go func() { // owned here: ends when the last in-flight term-0 append settles
+			w.inflight.Wait()
+			<-w.loopDone
+			close(drained)
+		}()
 		t := time.NewTimer(w.o.cfg.AckTimeout + time.Second)
 		select {
-		case <-w.loopDone:
+		case <-drained:
 		case <-t.C:
 			w.log.Warn("appends still unacknowledged at close; failing them")
 			close(w.kill)
-			<-w.loopDone
+			w.o.failPending(w, fmt.Errorf("jetstream: append to channel %q: no acknowledgement before close: %w", w.n.channel, walimpls.ErrClosed))
+			<-drained
 		}
 		t.Stop()
 	}
