@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -41,6 +42,23 @@ type Config struct {
 	ReadyTimeout time.Duration
 	// Logger receives the server's log lines (named "nats"); nil discards them.
 	Logger hclog.Logger
+	// Cluster, when set, makes this server a member of a NATS cluster with
+	// clustered JetStream (streams can then have replicas). ServerName is
+	// required and must differ between members.
+	Cluster *Cluster
+}
+
+// Cluster configures cluster membership.
+type Cluster struct {
+	// Name is the cluster name, the same on every member. Required.
+	Name string
+	// Host is the route listen interface; empty means Config.Host.
+	Host string
+	// Port is the route port. Required (> 0).
+	Port int
+	// Routes are the members' route URLs, e.g. nats-route://127.0.0.1:6222
+	// (this server's own may be included).
+	Routes []string
 }
 
 // Server is a running embedded nats-server.
@@ -105,6 +123,23 @@ func Start(cfg Config) (*Server, error) {
 		NoSigs:     true,
 		Debug:      logger.IsDebug(),
 		Trace:      logger.IsTrace(),
+	}
+	if c := cfg.Cluster; c != nil {
+		if c.Name == "" || c.Port <= 0 || c.Port > 65535 || cfg.ServerName == "" {
+			return nil, fmt.Errorf("embednats: cluster member on %s needs a cluster name, a route port (got %d) and a server name", addr, c.Port)
+		}
+		chost := c.Host
+		if chost == "" {
+			chost = host
+		}
+		opts.Cluster = server.ClusterOpts{Name: c.Name, Host: chost, Port: c.Port}
+		for _, r := range c.Routes {
+			u, err := url.Parse(r)
+			if err != nil || u.Host == "" {
+				return nil, fmt.Errorf("embednats: bad route URL %q (want nats-route://host:port): %v", r, err)
+			}
+			opts.Routes = append(opts.Routes, u)
+		}
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {

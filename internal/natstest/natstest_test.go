@@ -41,3 +41,32 @@ func TestStartGivesDistinctJetStreamServers(t *testing.T) {
 		nc.Close()
 	}
 }
+
+func TestStartClusterReplicatesStreams(t *testing.T) {
+	url := natstest.StartCluster(t, 3)
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "R3", Subjects: []string{"r3"}, Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "r3", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Cluster == nil || len(info.Cluster.Replicas) != 2 || info.State.Msgs != 1 {
+		t.Fatalf("stream cluster info %+v, state %+v: want a leader and 2 replicas holding 1 message", info.Cluster, info.State)
+	}
+}
