@@ -180,7 +180,8 @@ type Scanner interface {
 type Opener interface {
 	// Open opens a channel with a term (see OpenOption).
 	Open(ctx context.Context, opt *OpenOption) (WAL, error)
-	// Close closes the backend connection. Open WALs must be closed first.
+	// Close closes WALs still open from this Opener (callers should close
+	// them first), then the backend connection. Safe to call more than once.
 	Close()
 }
 
