@@ -523,3 +523,44 @@ func TestScannerAndWriterSurviveServerRestart(t *testing.T) {
 		t.Fatal("scanner delivered nothing within 20s after the restart")
 	}
 }
+
+// A channel whose messages were all truncated still never reuses ids after a
+// server restart (the store keeps the last sequence), and reads below the
+// truncation point still fail.
+func TestFullyTruncatedChannelSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	srv := natstest.StartServer(t, embednats.Config{StoreDir: dir})
+	ctx := ctxFor(t)
+	o := buildOpener(t, jetstream.Config{URL: srv.URL()})
+	w := openWAL(t, o, "words/0009", 0)
+	var last message.MessageID
+	for i := 0; i < 5; i++ {
+		id, err := w.Append(ctx, message.MutableMessage{Payload: []byte(fmt.Sprint(i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = id
+	}
+	if err := w.Truncate(ctx, last+100); err != nil { // clamped to last+1: everything goes
+		t.Fatal(err)
+	}
+	if got, err := w.LastID(ctx); err != nil || got != 0 {
+		t.Fatalf("LastID after truncating everything: %d, %v; want 0", got, err)
+	}
+	w.Close()
+	o.Close()
+	srv.Shutdown()
+
+	srv2 := natstest.StartServer(t, embednats.Config{StoreDir: dir})
+	w2 := openWAL(t, buildOpener(t, jetstream.Config{URL: srv2.URL()}), "words/0009", 0)
+	id, err := w2.Append(ctx, message.MutableMessage{Payload: []byte("after")})
+	if err != nil || id <= last {
+		t.Fatalf("append after restart: id %d, %v; want above %d", id, err, last)
+	}
+	if _, err := w2.Read(ctx, walimpls.ReadOption{DeliverPolicy: walimpls.DeliverStartFrom(last)}); !errors.Is(err, walimpls.ErrTruncated) {
+		t.Fatalf("read from truncated id %d: %v, want ErrTruncated", last, err)
+	}
+	if got := readAll(t, w2, 1); got[0].ID != id {
+		t.Fatalf("DeliverAll after restart starts at %d, want %d", got[0].ID, id)
+	}
+}
