@@ -339,12 +339,29 @@ func (s *server) runSession(ctx context.Context) error {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	svcDone := make(chan error, 1)
-	go func() { svcDone <- svc.Run(sctx) }()
+	go func() { svcDone <- svc.Run(sctx) }() // owned here: ends with sctx
+	memberDone := make(chan error, 1)
+	go func() { memberDone <- member.Run(sctx) }() // owned here: ends with sctx or the lease
 
-	memberErr := member.Run(sctx)
-	cancel()
-	if err := <-svcDone; err != nil && !errors.Is(err, context.Canceled) {
-		s.log.Warn("shard service stopped", "error", err)
+	var memberErr, svcErr error
+	select {
+	case memberErr = <-memberDone:
+		cancel()
+		svcErr = <-svcDone
+	case svcErr = <-svcDone:
+		// The service must run as long as the member holds assignments:
+		// end the session (its lease is revoked by Close) and rejoin.
+		cancel()
+		memberErr = <-memberDone
+		if svcErr == nil && ctx.Err() == nil {
+			svcErr = errors.New("shard service stopped")
+		}
+		if svcErr != nil && ctx.Err() == nil {
+			return fmt.Errorf("shard service: %w", svcErr)
+		}
+	}
+	if svcErr != nil && !errors.Is(svcErr, context.Canceled) && ctx.Err() == nil {
+		s.log.Warn("shard service stopped", "error", svcErr)
 	}
 	if memberErr != nil && ctx.Err() != nil {
 		return ctx.Err()
