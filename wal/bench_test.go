@@ -24,7 +24,8 @@ import (
 // on the same embedded server, same message size and count, in one run. It
 // does its whole measurement once, whatever b.N, and prints one BENCH line:
 // rates are messages acknowledged per second (median of alternating rounds),
-// with the backend alone (no adaptor) as a third figure.
+// plus raw PublishAsync reading every ack in order, and the backend alone (no
+// adaptor), which split the overhead between the adaptor and the backend.
 func BenchmarkAppendAsyncJetStream(b *testing.B) {
 	if b.N > 1 {
 		b.Skip("measures once; run with -benchtime 1x")
@@ -74,6 +75,52 @@ func BenchmarkAppendAsyncJetStream(b *testing.B) {
 		case <-js.PublishAsyncComplete():
 		case <-time.After(time.Minute):
 			b.Fatal("raw PublishAsync did not complete")
+		}
+		return msgs / time.Since(start).Seconds()
+	}
+	// rawAcks is raw PublishAsync plus reading every ack in order (what a
+	// caller that needs each message's id does).
+	rawAcks := func(round int) float64 {
+		name := fmt.Sprintf("RAWACK%d", round)
+		if _, err := js.CreateStream(ctx, natsjs.StreamConfig{Name: name, Subjects: []string{"raw" + name + ".>"}}); err != nil {
+			b.Fatal(err)
+		}
+		subj := "raw" + name + ".data"
+		futs := make(chan natsjs.PubAckFuture, 4096)
+		acked := make(chan error, 1)
+		start := time.Now()
+		go func() {
+			var last uint64
+			for f := range futs {
+				select {
+				case a := <-f.Ok():
+					if a.Sequence <= last {
+						acked <- fmt.Errorf("ack sequence %d after %d", a.Sequence, last)
+						return
+					}
+					last = a.Sequence
+				case err := <-f.Err():
+					acked <- err
+					return
+				}
+			}
+			acked <- nil
+		}()
+		for i := 0; i < msgs; i++ {
+			for {
+				f, err := js.PublishAsync(subj, payload)
+				if err == nil {
+					futs <- f
+					break
+				}
+				if err != natsjs.ErrTooManyStalledMsgs {
+					b.Fatal(err)
+				}
+			}
+		}
+		close(futs)
+		if err := <-acked; err != nil {
+			b.Fatal(err)
 		}
 		return msgs / time.Since(start).Seconds()
 	}
@@ -145,15 +192,18 @@ func BenchmarkAppendAsyncJetStream(b *testing.B) {
 		return msgs / elapsed.Seconds()
 	}
 
-	var rawRates, walRates, backendRates []float64
+	var rawRates, rawAckRates, walRates, backendRates []float64
 	for r := 0; r < rounds; r++ {
 		rawRates = append(rawRates, raw(r))
 		walRates = append(walRates, adaptor(r))
+		rawAckRates = append(rawAckRates, rawAcks(r))
 		backendRates = append(backendRates, backend(r))
 	}
-	rawRate, walRate, backendRate := median(rawRates), median(walRates), median(backendRates)
-	fmt.Printf("BENCH wal.append_async backend=jetstream msgs=%d size=%d rate_msg_s=%.0f raw_publish_async_msg_s=%.0f ratio=%.2f backend_only_msg_s=%.0f adaptor_vs_backend=%.2f\n",
-		msgs, size, walRate, rawRate, walRate/rawRate, backendRate, walRate/backendRate)
+	rawRate, rawAckRate := median(rawRates), median(rawAckRates)
+	walRate, backendRate := median(walRates), median(backendRates)
+	fmt.Printf("BENCH wal.append_async backend=jetstream msgs=%d size=%d rate_msg_s=%.0f raw_publish_async_msg_s=%.0f ratio=%.2f"+
+		" raw_with_acks_msg_s=%.0f ratio_vs_raw_with_acks=%.2f backend_only_msg_s=%.0f adaptor_vs_backend=%.2f\n",
+		msgs, size, walRate, rawRate, walRate/rawRate, rawAckRate, walRate/rawAckRate, backendRate, walRate/backendRate)
 }
 
 func median(v []float64) float64 {
