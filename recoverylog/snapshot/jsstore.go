@@ -2,6 +2,8 @@ package snapshot
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -46,6 +48,7 @@ func BucketName(prefix string) string {
 // Put replaces an object atomically (its metadata is published last).
 type JetStreamStore struct {
 	obs    jetstream.ObjectStore
+	stream jetstream.Stream // the bucket's stream, to purge delete markers
 	bucket string
 	nc     *nats.Conn // owned when dialled by DialJetStreamStore
 }
@@ -71,7 +74,11 @@ func NewJetStreamStore(ctx context.Context, js jetstream.JetStream, cfg JetStrea
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: jetstream object store bucket %q: %w", cfg.Bucket, err)
 	}
-	return &JetStreamStore{obs: obs, bucket: cfg.Bucket}, nil
+	stream, err := js.Stream(ctx, "OBJ_"+cfg.Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: jetstream object store bucket %q: stream: %w", cfg.Bucket, err)
+	}
+	return &JetStreamStore{obs: obs, stream: stream, bucket: cfg.Bucket}, nil
 }
 
 // DialJetStreamStore connects to the NATS server at url and binds the
@@ -174,8 +181,33 @@ func (s *JetStreamStore) Delete(ctx context.Context, name string) error {
 		return err
 	}
 	err := s.obs.Delete(ctx, name)
-	if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return nil
+	}
+	if err != nil {
 		return s.wrap("delete", name, err)
 	}
+	s.purgeMarker(ctx, name)
 	return nil
+}
+
+// purgeMarker removes the delete marker the object store leaves for a
+// deleted object: List walks every name's latest metadata, so markers of
+// content-addressed SSTs collected over a shard's life would make listing
+// (and so restore and retention) slower with history. Only a marker that is
+// still the name's latest metadata is purged (a concurrent Put wins).
+// Failures are ignored: a marker left behind is harmless.
+func (s *JetStreamStore) purgeMarker(ctx context.Context, name string) {
+	subj := "$O." + s.bucket + ".M." + base64.URLEncoding.EncodeToString([]byte(name))
+	m, err := s.stream.GetLastMsgForSubject(ctx, subj)
+	if err != nil {
+		return
+	}
+	var info struct {
+		Deleted bool `json:"deleted"`
+	}
+	if json.Unmarshal(m.Data, &info) != nil || !info.Deleted {
+		return
+	}
+	_ = s.stream.Purge(ctx, jetstream.WithPurgeSubject(subj), jetstream.WithPurgeSequence(m.Sequence+1))
 }

@@ -53,25 +53,40 @@ func Restore(ctx context.Context, cfg RestoreConfig) (*Manifest, error) {
 	if cfg.Store == nil || cfg.Shard == "" || cfg.Dir == "" {
 		return nil, errors.New("snapshot: restore needs a store, a shard and a directory")
 	}
-	refs, err := listManifests(ctx, cfg.Store, cfg.Shard)
-	if err != nil {
-		return nil, fmt.Errorf("snapshot: shard %s: restore: %w", cfg.Shard, err)
-	}
-	var cands []manifestRef
-	if p := cfg.Pointer; p != nil {
-		cands = append(cands, manifestRef{ID: p.ID, Name: p.Manifest})
-		for _, r := range refs {
-			if r.Name != p.Manifest && uint64(r.Covers) <= p.LogID {
-				cands = append(cands, r)
-			}
-		}
-	} else {
-		cands = refs
-	}
 	tmp := filepath.Clean(cfg.Dir) + ".restoring"
 	defer os.RemoveAll(tmp)
+	// The pointer's manifest first; the store is listed only to fall back
+	// (or when there is no pointer).
+	var cands []manifestRef
+	listed := false
+	if p := cfg.Pointer; p != nil {
+		cands = append(cands, manifestRef{ID: p.ID, Name: p.Manifest})
+	}
+	more := func() error {
+		listed = true
+		refs, err := listManifests(ctx, cfg.Store, cfg.Shard)
+		if err != nil {
+			return fmt.Errorf("snapshot: shard %s: restore: %w", cfg.Shard, err)
+		}
+		for _, r := range refs {
+			if p := cfg.Pointer; p != nil && (r.Name == p.Manifest || uint64(r.Covers) > p.LogID) {
+				continue
+			}
+			cands = append(cands, r)
+		}
+		return nil
+	}
 	var errs []error
-	for i, c := range cands {
+	for i := 0; ; i++ {
+		if i == len(cands) && !listed {
+			if err := more(); err != nil {
+				return nil, err
+			}
+		}
+		if i == len(cands) {
+			break
+		}
+		c := cands[i]
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("snapshot: shard %s: restore: %w", cfg.Shard, err)
 		}
@@ -81,7 +96,7 @@ func Restore(ctx context.Context, cfg RestoreConfig) (*Manifest, error) {
 				return nil, fmt.Errorf("snapshot: shard %s: restore: %w", cfg.Shard, ctx.Err())
 			}
 			restoreFallbacks.WithLabelValues(cfg.Shard).Inc()
-			logger.Warn("snapshot unusable; falling back to an older one", "manifest", c.Name, "error", err, "older_left", len(cands)-i-1)
+			logger.Warn("snapshot unusable; falling back to an older one", "manifest", c.Name, "error", err)
 			errs = append(errs, err)
 			continue
 		}

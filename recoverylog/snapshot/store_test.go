@@ -116,6 +116,10 @@ func TestStoreContract(t *testing.T) {
 			if got := strings.Join(names("s/a/"), ","); got != "s/a/one" {
 				t.Fatalf("list after delete = %s", got)
 			}
+			put("s/a/two", "back again")
+			if got, err := get("s/a/two"); err != nil || got != "back again" {
+				t.Fatalf("get after delete and put = %q, %v", got, err)
+			}
 			// Bad names are refused with an error, never a panic.
 			for _, bad := range []string{"", "/abs", "a//b", "a/../b", "a/./b", "trailing/", "..", "a\\b"} {
 				if err := st.Put(ctx, bad, strings.NewReader("x"), 1); err == nil {
