@@ -11,18 +11,27 @@ import (
 
 	"github.com/linxGnu/grocksdb"
 
+	"github.com/consumerd/consumerd/internal/natstest"
 	"github.com/consumerd/consumerd/recoverylog"
 	"github.com/consumerd/consumerd/recoverylog/snapshot"
 	"github.com/consumerd/consumerd/wal"
+	walimplsjs "github.com/consumerd/consumerd/wal/walimpls/jetstream"
 )
 
 // TestRestoreAfterTruncationEqualsLive: snapshots and truncation, then a
 // fresh recovery (snapshot + replay of the log after it) equals the live
 // database entry by entry, with both stores.
 func TestRestoreAfterTruncationEqualsLive(t *testing.T) {
-	for _, kind := range storeKinds {
+	for _, kind := range append(storeKinds, "jetstream-wal") {
 		t.Run(kind, func(t *testing.T) {
-			e := newEnv(t, kind, nil)
+			var e *env
+			if kind == "jetstream-wal" {
+				// Both the recovery log and the store on JetStream.
+				url := natstest.Start(t)
+				e = newEnvStore(t, newJetStreamStore(t, url), walimplsjs.NewBuilder(walimplsjs.Config{URL: url}))
+			} else {
+				e = newEnv(t, kind, nil)
+			}
 			s := e.snapshotter(nil)
 			var results []*snapshot.Result
 			for round := 0; round < 4; round++ {
