@@ -13,7 +13,6 @@ import (
 
 	"github.com/consumerd/consumerd/allocator"
 	"github.com/consumerd/consumerd/recoverylog"
-	"github.com/consumerd/consumerd/recoverylog/snapshot"
 	"github.com/consumerd/consumerd/wal"
 	"github.com/consumerd/consumerd/wal/message"
 )
@@ -328,8 +327,13 @@ func (p *player) stop() {
 // caught up. A local database whose position the log no longer has (the log
 // was truncated past it) is wiped and rebuilt once.
 func (r *replica) replay(ctx context.Context, dir string, c Consumer, rlog wal.WAL) (*shardDB, *player, error) {
-	if _, err := r.restoreSnapshot(ctx, dir, c, true); err != nil && !errors.Is(err, snapshot.ErrNoSnapshot) {
-		return nil, nil, fmt.Errorf("restore snapshot: %w", err)
+	if _, err := r.restoreSnapshot(ctx, dir, c, true); err != nil {
+		// Not fatal yet: the log may still hold the local position. If it
+		// does not, recoverTruncated tries again and fails the replica.
+		if ctx.Err() != nil {
+			return nil, nil, ctx.Err()
+		}
+		r.logger.Warn("restoring the newest snapshot failed; replaying the recovery log instead", "error", err)
 	}
 	for attempt := 0; ; attempt++ {
 		sdb, err := openShardDB(dir, c, r.logger)
