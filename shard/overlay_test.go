@@ -2,6 +2,7 @@ package shard
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/linxGnu/grocksdb"
@@ -136,4 +137,67 @@ func TestOverlayMergeAndLayers(t *testing.T) {
 	if _, err := sh.Get([]byte("x")); err == nil {
 		t.Errorf("cleared batch not detected")
 	}
+}
+
+// FuzzOverlay applies random writes to a real WriteBatch, parsing it
+// incrementally at random points, and checks the overlay against a model
+// of the batch's effect.
+func FuzzOverlay(f *testing.F) {
+	f.Add([]byte{0, 1, 5, 1, 2, 0, 2, 0, 3, 3, 1, 4})
+	f.Add([]byte{3, 0, 7, 0, 1, 2, 9, 2, 1, 1, 0, 0})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		wb := grocksdb.NewWriteBatch()
+		defer wb.Destroy()
+		ov := newOverlay()
+		type state struct {
+			val     string
+			deleted bool
+		}
+		model := map[string]state{}
+		keys := []string{"a", "b", "c", "d", "e"}
+		for i := 0; i+2 < len(ops); i += 3 {
+			op, k1, k2 := ops[i]%5, keys[int(ops[i+1])%len(keys)], keys[int(ops[i+2])%len(keys)]
+			switch op {
+			case 0:
+				v := fmt.Sprintf("v%d", i)
+				wb.Put([]byte(k1), []byte(v))
+				model[k1] = state{val: v}
+			case 1:
+				wb.Delete([]byte(k1))
+				model[k1] = state{deleted: true}
+			case 2:
+				wb.SingleDelete([]byte(k1))
+				model[k1] = state{deleted: true}
+			case 3:
+				if k1 > k2 {
+					k1, k2 = k2, k1
+				}
+				wb.DeleteRange([]byte(k1), []byte(k2))
+				for _, k := range keys {
+					if k >= k1 && k < k2 {
+						model[k] = state{deleted: true}
+					}
+				}
+			case 4:
+				if err := ov.update(wb.Data()); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := ov.update(wb.Data()); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range keys {
+			res, v := ov.lookup([]byte(k))
+			m, touched := model[k]
+			switch {
+			case !touched && res != lookupMiss:
+				t.Fatalf("%s: untouched but overlay says %v", k, res)
+			case touched && m.deleted && res != lookupDeleted:
+				t.Fatalf("%s: deleted but overlay says %v %q", k, res, v)
+			case touched && !m.deleted && (res != lookupValue || string(v) != m.val):
+				t.Fatalf("%s: want %q, overlay says %v %q", k, m.val, res, v)
+			}
+		}
+	})
 }
