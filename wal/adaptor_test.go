@@ -266,19 +266,28 @@ func TestContextCancelNotRetried(t *testing.T) {
 }
 
 func TestContextDeadlineStopsRetrying(t *testing.T) {
-	// Unlimited attempts: only the deadline ends the retries.
+	// Unlimited attempts: only the deadline ends the retries. The third
+	// attempt outlives the deadline; no fourth may follow.
 	e := newEnv(t, false, wal.WithRetry(time.Millisecond, 2*time.Millisecond, 0))
-	h := &hookCounter{fail: 1 << 40, err: errTransient}
-	e.mem.SetAppendHook(h.hook)
-	w := e.open(t, "t/0000", 0)
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
+	var calls atomic.Int64
+	e.mem.SetAppendHook(func(_ string, _ *message.MutableMessage, st memory.Stage) error {
+		if st == memory.BeforeStore && calls.Add(1) == 3 {
+			<-ctx.Done()
+		}
+		return errTransient
+	})
+	w := e.open(t, "t/0000", 0)
 	_, err := w.Append(ctx, msg("a"))
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("error %v, want DeadlineExceeded", err)
 	}
-	if h.calls.Load() < 2 {
-		t.Fatalf("attempts = %d, expected retries before the deadline", h.calls.Load())
+	// Append returns when ctx ends; the dispatcher finishes the item on its
+	// own, and Close waits for it.
+	w.Close()
+	if got := calls.Load(); got != 3 {
+		t.Fatalf("attempts = %d, want 3 (2 retries, none after the deadline)", got)
 	}
 }
 
