@@ -99,8 +99,8 @@ func Solve(members []SchedMember, items []SchedItem) *Solution {
 			short = s.augment(short)
 			n += s.placed - before
 		}
-		if n+s.spread()+s.balance() == 0 && round > 0 {
-			break
+		if n+s.spread()+s.balance() == 0 && (round > 0 || len(short) == 0) {
+			break // nothing moved: another round would find the same
 		}
 	}
 	return s.finish()
@@ -436,13 +436,18 @@ func (s *solver) fill(only []int32) (short []int32) {
 			s.zoneCounts(i)
 			var bm int32 = -1
 			var bz int32
+			// Ties go to the zone with the lowest hash of (item, zone), so
+			// items' zone combinations are spread evenly (a lost member's
+			// replicas then have every zone to go to).
+			var bh uint32
 			for z := 0; z < s.nz; z++ {
 				m, ok := s.bestIn(z, i)
 				if !ok {
 					continue
 				}
-				if bm < 0 || s.zc[z] < s.zc[bz] || (s.zc[z] == s.zc[bz] && s.load[m] < s.load[bm]) {
-					bm, bz = m, int32(z)
+				h := mix32(uint32(i)*0x9E3779B1 ^ uint32(z)*0x85EBCA77 ^ uint32(s.cnt[i]))
+				if bm < 0 || s.zc[z] < s.zc[bz] || (s.zc[z] == s.zc[bz] && (s.load[m] < s.load[bm] || (s.load[m] == s.load[bm] && h < bh))) {
+					bm, bz, bh = m, int32(z), h
 				}
 			}
 			if bm < 0 {
@@ -620,6 +625,14 @@ func (s *solver) spread() (moves int) {
 					continue
 				}
 				be := s.off[i] + bk
+				// Prefer replicas placed by this solve, then standbys.
+				nb, nk := s.flags[be]&flagKept == 0, s.flags[e]&flagKept == 0
+				if nb != nk {
+					if nk {
+						bk = k
+					}
+					continue
+				}
 				pb, pk := s.flags[be]&flagPrimary != 0, s.flags[e]&flagPrimary != 0
 				if pb != pk {
 					if pb {
@@ -655,7 +668,10 @@ func (s *solver) balance() (moves int) {
 			donors.push(int32(m))
 		}
 	}
-	cursor := make([]int32, len(s.members)) // scan position over 2 passes
+	// Scan position over three passes of a donor's items: replicas placed by
+	// this solve first (moving them costs no extra move), then kept
+	// standbys, then kept primaries.
+	cursor := make([]int32, len(s.members))
 	for len(donors.h) > 0 {
 		d := donors.h[0]
 		dl := s.load[d]
@@ -674,7 +690,7 @@ func (s *solver) balance() (moves int) {
 		for !moved {
 			list := s.memItems[d]
 			n := int32(len(list))
-			if n == 0 || cursor[d] >= 2*n {
+			if n == 0 || cursor[d] >= 3*n {
 				break
 			}
 			c := cursor[d]
@@ -693,8 +709,15 @@ func (s *solver) balance() (moves int) {
 				continue
 			}
 			e := s.off[i] + k
-			isPrimary := s.flags[e]&flagPrimary != 0
-			if s.flags[e]&flagPinned != 0 || (pass == 0) == isPrimary {
+			f := s.flags[e]
+			kind := int32(0) // placed by this solve
+			if f&flagKept != 0 {
+				kind = 1
+				if f&flagPrimary != 0 {
+					kind = 2
+				}
+			}
+			if f&flagPinned != 0 || kind != pass {
 				cursor[d]++
 				continue
 			}
@@ -751,6 +774,7 @@ func (s *solver) finish() *Solution {
 		Desired: make([][]int32, len(s.items)),
 		Load:    make([]int, len(s.members)),
 	}
+	prim := make([]int32, len(s.members)) // primaries chosen so far
 	for i := range s.items {
 		n := s.cnt[i]
 		base := s.off[i]
@@ -775,6 +799,22 @@ func (s *solver) finish() *Solution {
 				p = k
 			}
 		}
+		// Only new replicas: the one on the member with the fewest
+		// primaries so far, so primaries spread over members. Never a
+		// FAILED replica.
+		if p < 0 {
+			for k := int32(0); k < n; k++ {
+				if s.flags[base+k]&flagPinned != 0 {
+					continue
+				}
+				if p < 0 || prim[s.flat[base+k]] < prim[s.flat[base+p]] {
+					p = k
+				}
+			}
+		}
+		if p >= 0 {
+			prim[s.flat[base+p]]++
+		}
 		if p > 0 {
 			m, f := s.flat[base+p], s.flags[base+p]
 			copy(s.flat[base+1:base+p+1], s.flat[base:base+p])
@@ -791,6 +831,16 @@ func (s *solver) finish() *Solution {
 		sol.Load[m] = int(s.load[m])
 	}
 	return sol
+}
+
+// mix32 is a 32-bit integer hash finalizer (deterministic tie-breaking).
+func mix32(x uint32) uint32 {
+	x ^= x >> 16
+	x *= 0x7feb352d
+	x ^= x >> 15
+	x *= 0x846ca68b
+	x ^= x >> 16
+	return x
 }
 
 // mheap is an indexed binary heap of member indices ordered by key (load),

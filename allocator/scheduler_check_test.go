@@ -95,6 +95,16 @@ func checkSolution(members []SchedMember, items []SchedItem, sol *Solution) erro
 				return fmt.Errorf("item %d: current primary %d kept but not primary (desired %v)", i, r.Member, d)
 			}
 		}
+		// A FAILED replica is primary only if it already was.
+		if len(d) > 1 && failed(i, int(d[0])) {
+			wasPrimary := false
+			for _, r := range items[i].Current {
+				wasPrimary = wasPrimary || (r.Slot == 0 && r.Member == int(d[0]))
+			}
+			if !wasPrimary {
+				return fmt.Errorf("item %d: FAILED replica on member %d made primary", i, d[0])
+			}
+		}
 		// Zone spread: no zone has two more than a zone with a free member.
 		zc := make([]int, nz)
 		for _, m := range d {

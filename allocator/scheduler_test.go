@@ -62,7 +62,7 @@ func TestSolveTable(t *testing.T) {
 		name:    "fresh: spread over zones, balanced",
 		members: ms("a/m0/10", "a/m1/10", "b/m2/10", "b/m3/10"),
 		items:   []SchedItem{{ID: "s1", Replication: 2}, {ID: "s2", Replication: 2}},
-		want:    [][]int32{{0, 2}, {1, 3}},
+		want:    [][]int32{{0, 2}, {3, 1}},
 	}, {
 		name:    "current primary stays primary",
 		members: ms("a/m0/10", "a/m1/10"),
@@ -91,6 +91,16 @@ func TestSolveTable(t *testing.T) {
 		members: ms("a/m0/0", "a/m1/5"),
 		items:   []SchedItem{{ID: "s1", Replication: 2, Current: []rep{{Member: 1, Slot: 0, State: StatePrimary}, {Member: 0, Slot: 1, State: StateFailed}}}},
 		want:    [][]int32{{1, 0}},
+	}, {
+		name:    "no primary and a FAILED standby: a new replica becomes primary",
+		members: ms("a/m0/5", "a/m1/5"),
+		items:   []SchedItem{{ID: "s1", Replication: 2, Current: []rep{{Member: 0, Slot: 1, State: StateFailed}}}},
+		want:    [][]int32{{1, 0}},
+	}, {
+		name:    "new items: primaries spread over members",
+		members: ms("a/m0/5", "b/m1/5"),
+		items:   []SchedItem{{ID: "s1", Replication: 2}, {ID: "s2", Replication: 2}},
+		want:    [][]int32{{0, 1}, {1, 0}},
 	}, {
 		name:    "zone spread fixed when a zone appears",
 		members: ms("a/m0/10", "a/m1/10", "b/m2/10"),
