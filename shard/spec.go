@@ -196,6 +196,9 @@ func (s *Spec) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &aux); err != nil {
 		return err
 	}
+	if len(s.Labels) == 0 {
+		s.Labels = nil // "labels": {} and no labels are the same spec
+	}
 	for _, f := range []struct {
 		name string
 		raw  json.RawMessage
