@@ -891,3 +891,52 @@ func TestSmallAsyncWindow(t *testing.T) {
 		})
 	}
 }
+
+// TestScannerCloseWithUnreadMessages: a scanner whose reader stopped reading
+// (messages pending for Chan) still closes promptly, and so does its WAL.
+func TestScannerCloseWithUnreadMessages(t *testing.T) {
+	e := newEnv(t, false)
+	w := e.open(t, "t/0000", 0)
+	ctx := context.Background()
+	for i := 0; i < 300; i++ {
+		if _, err := w.Append(ctx, msg(strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s1, err := w.Read(ctx, wal.ReadOption{DeliverPolicy: wal.DeliverAll()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, err := w.Read(ctx, wal.ReadOption{DeliverPolicy: wal.DeliverAll()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	readN(t, s1, 1)
+	readN(t, s2, 1)
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		_ = s1.Close()
+	}()
+	select {
+	case <-closed:
+	case <-time.After(wait):
+		t.Fatal("Close of a scanner with unread messages did not return")
+	}
+	if !errors.Is(s1.Error(), wal.ErrScannerClosed) {
+		t.Fatalf("Error = %v, want ErrScannerClosed", s1.Error())
+	}
+	closed = make(chan struct{})
+	go func() {
+		defer close(closed)
+		w.Close()
+	}()
+	select {
+	case <-closed:
+	case <-time.After(wait):
+		t.Fatal("WAL Close with an unread scanner did not return")
+	}
+	if !errors.Is(s2.Error(), wal.ErrClosed) {
+		t.Fatalf("scanner of the closed WAL: Error = %v, want ErrClosed", s2.Error())
+	}
+}

@@ -403,20 +403,19 @@ func (w *walAdaptor) finishPipelined(it *asyncItem) {
 
 // settleDrained settles a drained window that holds a transient failure.
 func (w *walAdaptor) settleDrained(items []*asyncItem) {
-	lastStored := -1
+	outs := make([]settleOutcome, len(items))
 	for i, it := range items {
-		if it.dispatched && it.err == nil {
-			lastStored = i
-		}
+		outs[i] = settleOutcome{dispatched: it.dispatched, err: it.err}
 	}
-	for i, it := range items {
-		switch {
-		case it.err == nil || !walimpls.IsRetryable(it.err):
+	for i, action := range planSettle(outs) {
+		it := items[i]
+		switch action {
+		case settleReport:
 			w.finishPipelined(it)
-		case i < lastStored:
+		case settleDrop:
 			w.complete(it, 0, fmt.Errorf("wal: append to %q: not retried because a later append was already stored: %w",
 				w.channel, it.err))
-		default:
+		case settleRetry:
 			w.m.retries.Inc()
 			w.logger.Debug("retrying failed pipelined append", "error", it.err)
 			if err := w.precheck(it); err != nil {
@@ -427,6 +426,63 @@ func (w *walAdaptor) settleDrained(items []*asyncItem) {
 			w.complete(it, id, err)
 		}
 	}
+}
+
+// settleAction is what happens to one append of a drained pipelined window.
+type settleAction int
+
+const (
+	// settleReport reports the outcome as it is (stored, or a final error).
+	settleReport settleAction = iota
+	// settleDrop reports the transient error without retrying: a later
+	// append was stored, so a retry would store this one out of order.
+	settleDrop
+	// settleRetry retries the append (in order, one at a time).
+	settleRetry
+)
+
+func (a settleAction) String() string {
+	switch a {
+	case settleReport:
+		return "report"
+	case settleDrop:
+		return "drop"
+	case settleRetry:
+		return "retry"
+	default:
+		return fmt.Sprintf("settleAction(%d)", int(a))
+	}
+}
+
+// settleOutcome is the outcome of one append of a drained window.
+type settleOutcome struct {
+	dispatched bool // handed to the backend
+	err        error
+}
+
+// planSettle decides, for a drained window in call order, which appends are
+// reported, dropped or retried: transient failures after the last stored
+// append are retried; those before it are dropped; everything else is
+// reported. Pure: no I/O.
+func planSettle(outs []settleOutcome) []settleAction {
+	lastStored := -1
+	for i, o := range outs {
+		if o.dispatched && o.err == nil {
+			lastStored = i
+		}
+	}
+	plan := make([]settleAction, len(outs))
+	for i, o := range outs {
+		switch {
+		case o.err == nil || !walimpls.IsRetryable(o.err):
+			plan[i] = settleReport
+		case i < lastStored:
+			plan[i] = settleDrop
+		default:
+			plan[i] = settleRetry
+		}
+	}
+	return plan
 }
 
 // beginOp refuses operations on a closed WAL.
