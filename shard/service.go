@@ -88,6 +88,7 @@ type Service struct {
 
 	mu       sync.Mutex
 	replicas map[string]*replica
+	stopping map[string]*replica // removed replicas not yet stopped, by shard
 	wg       sync.WaitGroup // replica goroutines and status writers
 }
 
@@ -105,7 +106,7 @@ func NewService(cfg Config) *Service {
 	if cfg.LagInterval <= 0 {
 		cfg.LagInterval = DefaultLagInterval
 	}
-	return &Service{cfg: cfg, logger: cfg.Logger.Named("shard"), replicas: make(map[string]*replica)}
+	return &Service{cfg: cfg, logger: cfg.Logger.Named("shard"), replicas: make(map[string]*replica), stopping: make(map[string]*replica)}
 }
 
 // Run follows the member's assignments until ctx is done (returns nil) or
@@ -210,17 +211,29 @@ func (s *Service) reconcile(ctx context.Context, ls allocator.LocalState) {
 func (s *Service) removeLocked(id string, r *replica) {
 	r.cancel()
 	delete(s.replicas, id)
+	// Until it has stopped, a replica started again for the same shard (an
+	// assignment removed and re-added, e.g. `shards unassign`) must wait
+	// for it to release the database directory.
+	s.stopping[id] = r
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		<-r.done
 		r.clearState()
+		s.mu.Lock()
+		if s.stopping[id] == r {
+			delete(s.stopping, id)
+		}
+		s.mu.Unlock()
 	}()
 }
 
 // startLocked starts a replica for a. prev, if any, is a replica of the same
 // shard that must release the database directory first.
 func (s *Service) startLocked(ctx context.Context, a allocator.Assignment, raw []byte, prev *replica) {
+	if prev == nil {
+		prev = s.stopping[a.Item] // nil when no replica of the shard is stopping
+	}
 	rctx, cancel := context.WithCancel(ctx)
 	r := &replica{
 		svc:       s,
