@@ -76,9 +76,13 @@ const (
 //
 // Phases: keep and trim current replicas; shed replicas over member limits;
 // fill missing replicas greedily (least-loaded member of the least-used zone,
-// by per-zone heaps); even out zone spread; rebalance from the most loaded
-// members; order each item's replicas (primary first). Cost is about
-// O(replicas × log members) for the fill and the rebalance scans.
+// by per-zone heaps; zone ties broken by a hash of the item so items' zone
+// combinations are diverse); even out zone spread; rebalance from the most
+// loaded members (moving replicas placed by this solve first, then standbys,
+// then primaries); retry short items, with one-step augmenting moves; order
+// each item's replicas (kept primary first, else a kept consistent standby,
+// else the new replica on the member with the fewest primaries). Cost is
+// about O(replicas × log members) for the fill plus linear rebalance scans.
 func Solve(members []SchedMember, items []SchedItem) *Solution {
 	s := newSolver(members, items)
 	s.keep()
