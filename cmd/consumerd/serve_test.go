@@ -106,6 +106,35 @@ func TestServeEmbedded(t *testing.T) {
 	if out, err := client("", "query", "--app", "wordcount", "--key", "cat"); err != nil || out != "2\n" {
 		t.Fatalf("query --key cat: %q %v", out, err)
 	}
+	// shards apply (an update and a new shard) and shards unassign (twice in
+	// a row: the replica restarts on the same member) keep the state.
+	specFile := filepath.Join(dir, "specs.yaml")
+	if err := os.WriteFile(specFile, []byte("- {id: wordcount-0000, app: wordcount, sources: [{topic: words, partition: 0}], labels: {team: t}}\n- {id: wordcount-0004, app: wordcount, sources: [{topic: words, partition: 4}]}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := client("", "shards", "apply", "-f", specFile); err != nil || !strings.Contains(out, "1 created, 1 updated, 0 deleted") {
+		t.Fatalf("shards apply: %q %v", out, err)
+	}
+	for i := 0; i < 2; i++ {
+		if out, err := client("", "shards", "unassign", "--shard", "wordcount-0001"); err != nil || !strings.Contains(out, "1 assignments removed") {
+			t.Fatalf("shards unassign: %q %v", out, err)
+		}
+	}
+	waitFor(t, 30*time.Second, "5 shards PRIMARY after apply and unassign", func() (bool, string) {
+		out, err := client("", "shards", "list", "-o", "json")
+		if err != nil {
+			return false, err.Error()
+		}
+		var rows []shardRow
+		if err := json.Unmarshal([]byte(out), &rows); err != nil {
+			return false, err.Error()
+		}
+		return allPrimary(rows, 5, 1)
+	})
+	if out, err := client("", "query", "--app", "wordcount", "--all"); err != nil || out != want {
+		t.Fatalf("counts after apply/unassign: %q %v, want %q", out, err, want)
+	}
+
 	// The member's own fan-out query merges across shards too.
 	code, body, err := httpGet(base + "/v1/query?app=wordcount&key=the")
 	if err != nil || code != 200 {
