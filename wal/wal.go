@@ -118,17 +118,20 @@ type MessageHandler interface {
 // After ErrFenced or Close the WAL is unavailable: Available is closed and
 // every later append fails (with ErrFenced, respectively ErrClosed).
 //
-// Async appends: AppendAsync hands the message to the WAL's dispatcher and
-// returns; cb is called exactly once. Outcomes of accepted appends are
-// reported in call order from the dispatcher goroutine, so cb must not block
-// for long, must not call Close of the same WAL, and should not call
-// AppendAsync/Append of the same WAL (the queue may be full). When the append
-// is refused at once (WAL closed or fenced, ctx ended before it was queued)
-// cb runs on the caller's goroutine before AppendAsync returns. Append is
-// AppendAsync plus waiting, so sync and async appends from one goroutine are
-// stored in call order too. A retried append whose earlier attempt was stored
-// but not acknowledged is stored twice unless msg.DedupeID is set and the
-// backend deduplicates. A pipelined append (backend implements
+// Async appends: AppendAsync hands the message to the WAL's dispatcher (or,
+// when the backend pipelines, to the backend) and returns; it blocks only for
+// backpressure (the async window or queue is full) and then at most until
+// ctx ends. cb is called exactly once. Outcomes of accepted appends are
+// reported in call order from the WAL's dispatcher goroutine — never from a
+// backend goroutine — so cb must not block for long, must not call Close of
+// the same WAL, and must not call AppendAsync/Append of the same WAL (that can
+// wait for room only the dispatcher frees). When the append is refused at once
+// (WAL closed or fenced, ctx ended before it was accepted) cb runs on the
+// caller's goroutine before AppendAsync returns. Append is AppendAsync plus
+// waiting, so sync and async appends from one goroutine are stored in call
+// order too. A retried append whose earlier attempt was stored but not
+// acknowledged is stored twice unless msg.DedupeID is set and the backend
+// deduplicates. A pipelined append (backend implements
 // walimpls.AsyncAppender) that failed transiently after a later append was
 // already stored is reported as failed, not retried, since a retry would
 // store it out of order.
