@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -11,6 +12,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 // TestServeEmbedded runs `consumerd serve` on the embedded default (its own
@@ -134,6 +138,40 @@ func TestServeEmbedded(t *testing.T) {
 	if out, err := client("", "query", "--app", "wordcount", "--all"); err != nil || out != want {
 		t.Fatalf("counts after apply/unassign: %q %v, want %q", out, err, want)
 	}
+
+	// A shard that cannot run (its app is unknown to this binary: written to
+	// etcd directly, as `shards apply` refuses it) is FAILED; /readyz says
+	// so; `shards unassign --failed` releases it; deleting it makes the
+	// member ready again.
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcdURL}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	if _, err := cli.Put(context.Background(), "/consumerd/items/bad-0000", `{"id":"bad-0000","app":"nope","sources":[{"topic":"other","partition":0}]}`); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "bad-0000 FAILED and /readyz 503 naming it", func() (bool, string) {
+		code, body, err := httpGet(base + "/readyz")
+		if err != nil {
+			return false, err.Error()
+		}
+		return code == 503 && strings.Contains(string(body), "bad-0000") && strings.Contains(string(body), "FAILED"), fmt.Sprint(code, " ", string(body))
+	})
+	if out, err := client("", "shards", "unassign", "--failed"); err != nil || !strings.Contains(out, "unassigned bad-0000 slot 0") {
+		t.Fatalf("shards unassign --failed: %q %v", out, err)
+	}
+	delFile := filepath.Join(dir, "delete.yaml")
+	if err := os.WriteFile(delFile, []byte("- {id: bad-0000, delete: true}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := client("", "shards", "apply", "-f", delFile); err != nil || !strings.Contains(out, "1 deleted") {
+		t.Fatalf("shards apply (delete): %q %v", out, err)
+	}
+	waitFor(t, 30*time.Second, "/readyz 200 after deleting bad-0000", func() (bool, string) {
+		code, body, err := httpGet(base + "/readyz")
+		return err == nil && code == 200, fmt.Sprint(code, " ", string(body), err)
+	})
 
 	// The member's own fan-out query merges across shards too.
 	code, body, err := httpGet(base + "/v1/query?app=wordcount&key=the")
