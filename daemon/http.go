@@ -76,13 +76,13 @@ func (s *server) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(prefixGatherer{prometheus.DefaultGatherer, "etcd_", false}, promhttp.HandlerOpts{}))
 	mux.Handle("GET /metrics/etcd", promhttp.HandlerFor(prefixGatherer{prometheus.DefaultGatherer, "etcd_", true}, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) {
+	mux.Handle("GET /livez", instrument("livez", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, "ok\n")
-	})
-	mux.HandleFunc("GET /readyz", s.readyz)
-	mux.HandleFunc("GET /v1/status", s.status)
-	mux.HandleFunc("GET /v1/query", s.query)
+	})))
+	mux.Handle("GET /readyz", instrument("readyz", http.HandlerFunc(s.readyz)))
+	mux.Handle("GET /v1/status", instrument("status", http.HandlerFunc(s.status)))
+	mux.Handle("GET /v1/query", instrument("query", http.HandlerFunc(s.query)))
 	return mux
 }
 

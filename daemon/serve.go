@@ -318,6 +318,7 @@ func (s *server) runSession(ctx context.Context) error {
 		return err
 	}
 	defer member.Close()
+	metricSessions.Inc()
 	svc := shard.NewService(shard.Config{
 		Member:  member,
 		Opener:  s.opener,

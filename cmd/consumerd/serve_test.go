@@ -191,7 +191,8 @@ func TestServeEmbedded(t *testing.T) {
 	if err != nil || code != 200 {
 		t.Fatalf("/metrics: %d %v", code, err)
 	}
-	for _, name := range []string{"go_goroutines", "process_cpu_seconds_total", "consumerd_"} {
+	for _, name := range []string{"go_goroutines", "process_cpu_seconds_total", "consumerd_member_sessions_total 1",
+		`consumerd_http_requests_total{code="200",handler="readyz"}`, "consumerd_shard_", "consumerd_allocator_"} {
 		if !bytes.Contains(metrics, []byte(name)) {
 			t.Errorf("/metrics lacks %s", name)
 		}
