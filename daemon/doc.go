@@ -18,6 +18,13 @@
 // drains it make-before-break and serve exits 0 once nothing is assigned,
 // or 1 after --shutdown-timeout; a second signal exits at once.
 //
+// The HTTP endpoints are defined in http.go: /readyz is 200 when the
+// member's etcd session is live, no local replica is FAILED and every local
+// slot-0 replica is PRIMARY; /v1/query forwards a shard query once to the
+// shard's primary (header Consumerd-Forwarded prevents loops). /metrics is
+// the default Prometheus registry without etcd's own server metrics (served
+// at /metrics/etcd), as those break Prometheus naming conventions.
+//
 // Client subcommands read the keyspace once (allocator.KeySpace.Load), write
 // specs in guarded etcd txns of at most 128 ops, publish through
 // topic.Publisher, and gather query answers from every shard primary over
@@ -32,7 +39,10 @@
 //   - Main / Run: run the command line, return the exit code (0 ok, 1 error,
 //     2 usage error). Errors print as one line; panics are caught.
 //   - Options: the apps a binary knows, and its streams/env/signals (tests).
-//   - ServeConfig: serve's flags, with Validate naming the bad flag.
+//   - ServeConfig: serve's flags, with Validate naming the bad flag; Serve
+//     runs a member with it.
+//   - Snapshot support (snapshots.go): the snapshot store serve hands the
+//     shard service, and `shards recover`.
 //   - StatusResponse, QueryResponse, ShardRow, MemberRow: the JSON shapes of
 //     /v1/status, /v1/query, `shards list -o json`, `members list -o json`.
 package daemon
