@@ -83,11 +83,11 @@ type server struct {
 	lone    atomic.Bool // exiting without a drain: no other member
 }
 
-// session is one member incarnation: a lease, its shard service.
+// session is one member incarnation: a lease and its shard service. Query
+// routing reads the member's KeySpace mirror directly (primaryOf).
 type session struct {
-	member   *allocator.Member
-	svc      *shard.Service
-	resolver *shard.Resolver
+	member *allocator.Member
+	svc    *shard.Service
 }
 
 // Serve runs a member until it drained after a signal on sigs (nil error),
@@ -328,7 +328,7 @@ func (s *server) runSession(ctx context.Context) error {
 		// Snapshots bound recovery: restore, snapshot, truncate the log.
 		Snapshots: s.snapshots,
 	})
-	sess := &session{member: member, svc: svc, resolver: shard.NewResolver(member.KeySpace())}
+	sess := &session{member: member, svc: svc}
 	s.sess.Store(sess)
 	defer s.sess.CompareAndSwap(sess, nil)
 	if s.exiting.Load() {
