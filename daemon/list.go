@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"text/tabwriter"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
@@ -387,6 +386,3 @@ func newMembersCommand(opts Options) *cobra.Command {
 	cmd.AddCommand(list)
 	return cmd
 }
-
-// pollInterval is how often waits in this package re-check a condition.
-const pollInterval = 100 * time.Millisecond

@@ -17,7 +17,7 @@ import (
 )
 
 // Version is reported in the member spec and by `consumerd --version`.
-var Version = "0.1.0-dev"
+const Version = "0.1.0-dev"
 
 // Options configure a command tree. The zero value of every field but Apps
 // means "the process's own": os.Stdin, os.Stdout, os.Stderr, os.LookupEnv,
