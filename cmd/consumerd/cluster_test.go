@@ -24,35 +24,16 @@ import (
 	"go.uber.org/zap"
 )
 
-// binaries holds the consumerd binary built once for this test process.
-type binaries struct {
-	once sync.Once
-	dir  string
-	path string
-	err  error
-}
-
-var built binaries // test-only: one build shared by the tests of this package
-
-// consumerdBinary builds ./ (cmd/consumerd) once into a temp dir.
+// consumerdBinary builds ./ (cmd/consumerd) into tb.TempDir(). The Go build
+// cache makes every build after the first a link only.
 func consumerdBinary(tb testing.TB) string {
 	tb.Helper()
-	built.once.Do(func() {
-		built.dir, built.err = os.MkdirTemp("", "consumerd-bin-")
-		if built.err != nil {
-			return
-		}
-		built.path = filepath.Join(built.dir, "consumerd")
-		cmd := exec.Command("go", "build", "-o", built.path, ".")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			built.err = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if built.err != nil {
-		tb.Fatalf("building consumerd: %v", built.err)
+	path := filepath.Join(tb.TempDir(), "consumerd")
+	out, err := exec.Command("go", "build", "-o", path, ".").CombinedOutput()
+	if err != nil {
+		tb.Fatalf("building consumerd: go build: %v\n%s", err, out)
 	}
-	return built.path
+	return path
 }
 
 // findBinary locates an external server binary or skips the test.

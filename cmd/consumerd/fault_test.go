@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"os"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -17,23 +16,7 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) {
-	code := func() int {
-		defer func() {
-			if built.dir != "" {
-				os.RemoveAll(built.dir)
-			}
-		}()
-		return m.Run()
-	}()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // corpus returns n deterministic lines of words (a fixed-seed PRNG over a
 // skewed vocabulary), and the exact token counts they produce: the oracle.
