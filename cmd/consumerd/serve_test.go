@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -110,6 +111,41 @@ func TestServeEmbedded(t *testing.T) {
 	if out, err := client("", "query", "--app", "wordcount", "--key", "cat"); err != nil || out != "2\n" {
 		t.Fatalf("query --key cat: %q %v", out, err)
 	}
+	// The JSON shapes scripts rely on (DESIGN §7), key for key.
+	keysOf := func(m map[string]any) string {
+		ks := make([]string, 0, len(m))
+		for k := range m {
+			ks = append(ks, k)
+		}
+		sort.Strings(ks)
+		return strings.Join(ks, ",")
+	}
+	out, err := client("", "shards", "list", "-o", "json")
+	var shardsJSON []map[string]any
+	if err != nil || json.Unmarshal([]byte(out), &shardsJSON) != nil || len(shardsJSON) != 4 {
+		t.Fatalf("shards list -o json: %v %s", err, out)
+	}
+	if got := keysOf(shardsJSON[0]); got != "id,lag,primary,replicas,status" {
+		t.Errorf("shards list keys: %s", got)
+	}
+	if reps, _ := shardsJSON[0]["replicas"].([]any); len(reps) != 1 || keysOf(reps[0].(map[string]any)) != "member,slot,state,zone" {
+		t.Errorf("shards list replicas: %v", shardsJSON[0]["replicas"])
+	}
+	if lag, _ := shardsJSON[0]["lag"].(map[string]any); lag["words/0000"] != 0.0 {
+		t.Errorf("shards list lag of wordcount-0000: %v, want words/0000: 0", shardsJSON[0]["lag"])
+	}
+	out, err = client("", "members", "list", "-o", "json")
+	var membersJSON []map[string]any
+	if err != nil || json.Unmarshal([]byte(out), &membersJSON) != nil || len(membersJSON) != 1 {
+		t.Fatalf("members list -o json: %v %s", err, out)
+	}
+	if got := keysOf(membersJSON[0]); got != "endpoint,exiting,id,item_limit,leader,zone" {
+		t.Errorf("members list keys: %s", got)
+	}
+	if membersJSON[0]["id"] != "solo" || membersJSON[0]["leader"] != true || membersJSON[0]["endpoint"] != base {
+		t.Errorf("members list: %v", membersJSON[0])
+	}
+
 	// shards apply (an update and a new shard) and shards unassign (twice in
 	// a row: the replica restarts on the same member) keep the state.
 	specFile := filepath.Join(dir, "specs.yaml")
