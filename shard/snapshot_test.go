@@ -224,3 +224,33 @@ func TestSnapshotFailureDoesNotFailShard(t *testing.T) {
 	}
 	_ = st
 }
+
+// TestSnapshotWithHotStandby: a hot standby tails the log while the
+// primary snapshots and truncates it; promoted, it carries on exactly.
+func TestSnapshotWithHotStandby(t *testing.T) {
+	e, _, spec := snapshotCluster(t)
+	spec.HotStandbys = 1
+	e.PutSpec(spec)
+	a := e.StartNode("a", t.TempDir())
+	b := e.StartNode("b", t.TempDir())
+	e.Assign(a, spec.ID, 0)
+	e.Assign(b, spec.ID, 1)
+	e.WaitState(a, spec.ID, 0, allocator.StatePrimary)
+	e.WaitState(b, spec.ID, 1, allocator.StateStandby)
+	lines := runUntilTruncated(t, e, a, spec)
+	extra := shardtest.Corpus(11, 30)
+	e.Publish(0, extra...)
+	lines = runUntilTruncated(t, e, a, spec, append(lines, extra...)...)
+	if st, ok := e.Status(b, spec.ID, 1); !ok || st.State != allocator.StateStandby {
+		t.Fatalf("standby status %+v after truncations, want STANDBY", st)
+	}
+	a.Kill()
+	e.Promote(b, spec.ID, 1)
+	e.WaitState(b, spec.ID, 0, allocator.StatePrimary)
+	more := shardtest.Corpus(12, 20)
+	e.Publish(0, more...)
+	lines = append(lines, more...)
+	if d := shardtest.DiffCounts(e.Counts(b, spec), wordcount.Count(lines)); d != "" {
+		t.Fatalf("counts after promoting the standby: %s", d)
+	}
+}
