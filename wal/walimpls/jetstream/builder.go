@@ -166,7 +166,11 @@ func (o *opener) ensureStream(ctx context.Context, n names) (jetstream.Stream, e
 			Storage:     storage,
 			Replicas:    o.cfg.Replicas,
 			Duplicates:  o.cfg.DuplicateWindow,
-			AllowDirect: true,
+			// Direct gets may be answered by any replica, which can lag the
+			// leader: LastID must cover every acknowledged append and a
+			// fence read must never miss a newer term, so replicated
+			// streams read through the leader.
+			AllowDirect: o.cfg.Replicas == 1,
 			Metadata:    map[string]string{metaChannel: n.channel},
 		})
 		if err == nil {

@@ -15,8 +15,12 @@ import (
 	"github.com/consumerd/consumerd/wal/walimpls"
 )
 
-// defaultReadAhead is the scanner buffer when ReadOption leaves it to us.
-const defaultReadAhead = 1024
+const (
+	// defaultReadAhead is the scanner buffer when ReadOption leaves it to us.
+	defaultReadAhead = 1024
+	// scanHeartbeat is the idle heartbeat scanners ask the server for.
+	scanHeartbeat = time.Second
+)
 
 // Read opens an ordered consumer on the channel's data subject (fence records
 // are never delivered) at opt.DeliverPolicy. A start position below the
@@ -71,7 +75,11 @@ func (w *walImpl) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.S
 	if buf <= 0 {
 		buf = defaultReadAhead
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(buf))
+	// A short idle heartbeat: if a pull request is lost (e.g. sent before a
+	// cluster route learned of a just-created consumer), the missing
+	// heartbeats make the ordered consumer recreate itself within seconds
+	// instead of after nats.go's default 30 s expiry.
+	it, err := cons.Messages(jetstream.PullMaxMessages(buf), jetstream.PullHeartbeat(scanHeartbeat))
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: read channel %q: start consumer: %w", w.n.channel, err)
 	}
