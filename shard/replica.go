@@ -30,6 +30,8 @@ type replica struct {
 	done      chan struct{}
 	promoteCh chan struct{} // signalled when the assignment is (or becomes) slot 0
 
+	pubMu sync.Mutex // serializes status writes to etcd
+
 	mu      sync.Mutex
 	asg     allocator.Assignment
 	raw     []byte
@@ -128,9 +130,14 @@ func (r *replica) setState(ctx context.Context, st allocator.ReplicaState, errTe
 	r.publishStatus(ctx)
 }
 
-// publishStatus writes the current state to the assignment key. A failure
-// is logged: the key may be gone (the assignment moved) or the lease lost.
+// publishStatus writes the current state to the assignment key. Writes are
+// serialized and each reads the state when it starts, so the last write is
+// always the latest state (a restatement racing a state change cannot
+// leave a stale state in etcd). A failure is logged: the key may be gone
+// (the assignment moved) or the lease lost.
 func (r *replica) publishStatus(ctx context.Context) {
+	r.pubMu.Lock()
+	defer r.pubMu.Unlock()
 	r.mu.Lock()
 	a := r.asg
 	st := allocator.ReplicaStatus{State: r.state, Error: r.errText, Revision: r.applied}
@@ -261,6 +268,9 @@ func (r *replica) lifecycle(ctx context.Context) error {
 		err := pl.err
 		if err == nil {
 			err = errors.New("player stopped without handoff")
+		}
+		if errors.Is(err, wal.ErrTruncated) {
+			err = fmt.Errorf("%w: %w", errStandbyBehind, err)
 		}
 		return fmt.Errorf("tail recovery log: %w", err)
 	case <-ctx.Done():
