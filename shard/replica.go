@@ -222,6 +222,9 @@ func (r *replica) run(ctx context.Context) {
 		}
 	}
 	err := r.lifecycle(ctx)
+	for n := 1; r.rebootstrap(ctx, err, n); n++ {
+		err = r.lifecycle(ctx)
+	}
 	switch {
 	case err == nil || ctx.Err() != nil:
 		r.logger.Debug("replica stopped", "error", err)

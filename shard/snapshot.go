@@ -69,6 +69,25 @@ type SnapshotOptions struct {
 	Hook func(shard string, step snapshot.Step) error
 }
 
+// errStandbyBehind marks a standby whose log was truncated past it while
+// it tailed (it fell more than snapshots_kept snapshots behind).
+var errStandbyBehind = errors.New("standby fell behind the truncated recovery log")
+
+// maxRebootstraps bounds how often one replica restarts from a snapshot
+// after falling behind, before it fails.
+const maxRebootstraps = 3
+
+// rebootstrap reports whether the replica should start its lifecycle over
+// (restoring a snapshot) after err: with snapshots, when a standby fell
+// behind the truncated log, at most maxRebootstraps times.
+func (r *replica) rebootstrap(ctx context.Context, err error, n int) bool {
+	if ctx.Err() != nil || r.snapshots() == nil || !errors.Is(err, errStandbyBehind) || n > maxRebootstraps {
+		return false
+	}
+	r.logger.Warn("standby fell behind the truncated recovery log: restoring a snapshot", "error", err, "attempt", n)
+	return true
+}
+
 func (r *replica) snapshots() *SnapshotOptions {
 	so := r.svc.cfg.Snapshots
 	if so == nil || so.Store == nil || so.Etcd == nil {

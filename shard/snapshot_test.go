@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +17,8 @@ import (
 	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/shard/shardtest"
 	"github.com/consumerd/consumerd/wal"
+	"github.com/consumerd/consumerd/wal/message"
+	"github.com/consumerd/consumerd/wal/walimpls"
 	"github.com/consumerd/consumerd/wal/walimpls/memory"
 )
 
@@ -253,4 +256,212 @@ func TestSnapshotWithHotStandby(t *testing.T) {
 	if d := shardtest.DiffCounts(e.Counts(b, spec), wordcount.Count(lines)); d != "" {
 		t.Fatalf("counts after promoting the standby: %s", d)
 	}
+}
+
+// TestSnapshotLaggingStandbyRebootstraps: a standby that falls behind the
+// truncated log (its reads paused while the primary snapshots and
+// truncates) restores a snapshot and becomes a consistent standby again,
+// instead of failing.
+func TestSnapshotLaggingStandbyRebootstraps(t *testing.T) {
+	e, _, spec := snapshotCluster(t)
+	spec.HotStandbys = 1
+	e.PutSpec(spec)
+	a := e.StartNode("a", t.TempDir())
+	e.Assign(a, spec.ID, 0)
+	e.WaitState(a, spec.ID, 0, allocator.StatePrimary)
+	g := &gate{}
+	backend := e.Backend
+	e.Backend = &pausableBackend{OpenerBuilderImpls: backend, gate: g}
+	b := e.StartNode("b", t.TempDir())
+	e.Backend = backend
+	e.Assign(b, spec.ID, 1)
+	e.WaitState(b, spec.ID, 1, allocator.StateStandby)
+	lines := runUntilTruncated(t, e, a, spec)
+
+	g.pause()
+	behind := appliedOf(t, b)
+	for round := 0; firstRetained(t, e, spec.ID) <= behind+1; round++ {
+		if round > 200 {
+			t.Fatal("the log was never truncated past the paused standby")
+		}
+		batch := shardtest.Corpus(300+round, 30)
+		e.Publish(0, batch...)
+		lines = append(lines, batch...)
+		e.Counts(a, spec)
+	}
+	g.resume()
+	shardtest.Eventually(t, "standby rebuilt and caught up", func() (bool, string) {
+		st, ok := e.Status(b, spec.ID, 1)
+		pa, pb := appliedOf(t, a), appliedOf(t, b)
+		return ok && st.State == allocator.StateStandby && pa == pb && pb > behind,
+			fmt.Sprintf("standby %+v at %d, primary at %d", st, pb, pa)
+	})
+	a.Kill()
+	e.Promote(b, spec.ID, 1)
+	e.WaitState(b, spec.ID, 0, allocator.StatePrimary)
+	if d := shardtest.DiffCounts(e.Counts(b, spec), wordcount.Count(lines)); d != "" {
+		t.Fatalf("counts after promoting the rebuilt standby: %s", d)
+	}
+}
+
+func appliedOf(t *testing.T, n *shardtest.Node) uint64 {
+	for _, ri := range n.Service.Status() {
+		return uint64(ri.Applied)
+	}
+	return 0
+}
+
+// firstRetained is the id of the first message the shard's log retains.
+func firstRetained(t *testing.T, e *shardtest.Cluster, shardID string) uint64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	w, err := e.Opener.Open(ctx, &wal.OpenOption{Channel: recoverylog.Channel(shardID)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	sc, err := w.Read(ctx, wal.ReadOption{VChannel: "test", DeliverPolicy: wal.DeliverAll()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	select {
+	case m := <-sc.Chan():
+		return uint64(m.ID)
+	case <-ctx.Done():
+		t.Fatal("empty recovery log")
+		return 0
+	}
+}
+
+// gate pauses message delivery of pausableBackend scanners.
+type gate struct {
+	mu     sync.Mutex
+	closed chan struct{} // non-nil while paused; closed on resume
+}
+
+func (g *gate) pause() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed == nil {
+		g.closed = make(chan struct{})
+	}
+}
+
+func (g *gate) resume() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed != nil {
+		close(g.closed)
+		g.closed = nil
+	}
+}
+
+// wait blocks while paused; false if stop closed first.
+func (g *gate) wait(stop <-chan struct{}) bool {
+	g.mu.Lock()
+	ch := g.closed
+	g.mu.Unlock()
+	if ch == nil {
+		return true
+	}
+	select {
+	case <-ch:
+		return true
+	case <-stop:
+		return false
+	}
+}
+
+// pausableBackend wraps a backend so that the scanners it opens deliver
+// nothing while its gate is paused (a reader that falls behind).
+type pausableBackend struct {
+	walimpls.OpenerBuilderImpls
+	gate *gate
+}
+
+func (p *pausableBackend) Build() (walimpls.OpenerImpls, error) {
+	o, err := p.OpenerBuilderImpls.Build()
+	if err != nil {
+		return nil, err
+	}
+	return &pausableOpener{OpenerImpls: o, gate: p.gate}, nil
+}
+
+type pausableOpener struct {
+	walimpls.OpenerImpls
+	gate *gate
+}
+
+func (p *pausableOpener) Open(ctx context.Context, opt *walimpls.OpenOption) (walimpls.WALImpls, error) {
+	w, err := p.OpenerImpls.Open(ctx, opt)
+	if err != nil {
+		return nil, err
+	}
+	return &pausableWAL{WALImpls: w, gate: p.gate}, nil
+}
+
+type pausableWAL struct {
+	walimpls.WALImpls
+	gate *gate
+}
+
+func (p *pausableWAL) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.ScannerImpls, error) {
+	// No read-ahead: a paused reader must really stay behind.
+	opt.ReadAheadBufferSize = 1
+	s, err := p.WALImpls.Read(ctx, opt)
+	if err != nil {
+		return nil, err
+	}
+	ps := &pausableScanner{ScannerImpls: s, out: make(chan message.ImmutableMessage), stop: make(chan struct{}), done: make(chan struct{})}
+	go ps.forward(p.gate)
+	return ps, nil
+}
+
+type pausableScanner struct {
+	walimpls.ScannerImpls
+	out      chan message.ImmutableMessage
+	stop     chan struct{}
+	stopOnce sync.Once
+	done     chan struct{}
+	err      error // why forward returned; set before done is closed
+}
+
+// forward is the scanner's goroutine: it copies the inner scanner's
+// messages while the gate is open, until the inner scanner ends or Close.
+func (p *pausableScanner) forward(g *gate) {
+	defer close(p.done)
+	defer close(p.out)
+	p.err = walimpls.ErrScannerClosed
+	for m := range p.ScannerImpls.Chan() {
+		if !g.wait(p.stop) {
+			return
+		}
+		select {
+		case p.out <- m:
+		case <-p.stop:
+			return
+		}
+	}
+	<-p.ScannerImpls.Done()
+	p.err = p.ScannerImpls.Error()
+}
+
+func (p *pausableScanner) Chan() <-chan message.ImmutableMessage { return p.out }
+func (p *pausableScanner) Done() <-chan struct{}                 { return p.done }
+
+func (p *pausableScanner) Error() error {
+	select {
+	case <-p.done:
+		return p.err
+	default:
+		return nil
+	}
+}
+
+func (p *pausableScanner) Close() error {
+	p.stopOnce.Do(func() { close(p.stop) })
+	_ = p.ScannerImpls.Close()
+	<-p.done
+	return nil
 }
