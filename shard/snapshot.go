@@ -55,7 +55,11 @@ func (s *Spec) EffectiveSnapshotsKept() int {
 // it wrote, on a background goroutine (one at a time; transactions go on),
 // and truncates the log before the oldest of the snapshots_kept snapshots.
 // A failed snapshot is logged and retried after the next interval; it never
-// fails the shard. See package recoverylog/snapshot.
+// fails the shard. A standby that falls so far behind that the log was
+// truncated past it restores a snapshot and starts over (maxRebootstraps
+// times at most). With the log truncated and no usable snapshot, the
+// replica goes FAILED with an error saying so. See package
+// recoverylog/snapshot.
 type SnapshotOptions struct {
 	// Store holds snapshot objects (required).
 	Store snapshot.Store
