@@ -17,7 +17,9 @@ import (
 type Shard interface {
 	// ID is the shard's id, e.g. "wordcount-0002".
 	ID() string
-	// Spec is the shard's current ShardSpec. Do not modify it.
+	// Spec is the shard's spec as of when it became primary (a later change
+	// of its transaction durations applies without a new Shard; a change of
+	// its app or sources restarts the replica). Do not modify it.
 	Spec() *Spec
 	// Partition is the partition index this shard reads from each of its
 	// topics (a shard made by `shards create` reads partition i of each).
