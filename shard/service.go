@@ -89,7 +89,7 @@ type Service struct {
 	mu       sync.Mutex
 	replicas map[string]*replica
 	stopping map[string]*replica // removed replicas not yet stopped, by shard
-	wg       sync.WaitGroup // replica goroutines and status writers
+	wg       sync.WaitGroup      // replica goroutines and status writers
 }
 
 // NewService returns a service; call Run to start it.
