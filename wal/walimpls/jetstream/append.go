@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -66,17 +67,34 @@ func (p *pending) reset() {
 // track registers p before its message is published, so the ack handler
 // finds it however fast the ack comes back.
 func (o *opener) track(p *pending) {
-	o.pendMu.Lock()
-	o.pend[p.m] = p
-	o.pendMu.Unlock()
+	sh := o.shard(p.m)
+	sh.mu.Lock()
+	sh.m[p.m] = p
+	sh.mu.Unlock()
 }
 
 func (o *opener) take(m *nats.Msg) *pending {
-	o.pendMu.Lock()
-	p := o.pend[m]
-	delete(o.pend, m)
-	o.pendMu.Unlock()
+	sh := o.shard(m)
+	sh.mu.Lock()
+	p := sh.m[m]
+	delete(sh.m, m)
+	sh.mu.Unlock()
 	return p
+}
+
+// pendShards spreads the pending map over independently locked shards, so
+// the publishing goroutines and the ack goroutine rarely meet on one lock.
+const pendShards = 16
+
+type pendShard struct {
+	mu sync.Mutex
+	m  map[*nats.Msg]*pending
+	_  [40]byte // keep shards on separate cache lines
+}
+
+func (o *opener) shard(m *nats.Msg) *pendShard {
+	// Messages are heap objects of 100+ bytes: drop the low bits.
+	return &o.pend[(uintptr(unsafe.Pointer(m))>>7)%pendShards]
 }
 
 // onAck is the connection's PublishAsync ack handler. It runs on the
@@ -107,14 +125,17 @@ func (o *opener) onErr(_ jetstream.JetStream, m *nats.Msg, err error) {
 // failPending settles every append of w still waiting for an ack with err.
 func (o *opener) failPending(w *walImpl, err error) {
 	var ps []*pending
-	o.pendMu.Lock()
-	for m, p := range o.pend {
-		if p.w == w {
-			ps = append(ps, p)
-			delete(o.pend, m)
+	for i := range o.pend {
+		sh := &o.pend[i]
+		sh.mu.Lock()
+		for m, p := range sh.m {
+			if p.w == w {
+				ps = append(ps, p)
+				delete(sh.m, m)
+			}
 		}
+		sh.mu.Unlock()
 	}
-	o.pendMu.Unlock()
 	for _, p := range ps {
 		w.settle(p, 0, err)
 	}
@@ -203,7 +224,7 @@ func (w *walImpl) AppendAsync(ctx context.Context, msg message.MutableMessage, c
 
 // checkSize fails a message the server would refuse for its size.
 func (w *walImpl) checkSize(m *nats.Msg) error {
-	max := w.o.nc.MaxPayload()
+	max := w.o.maxPayload.Load()
 	if max <= 0 {
 		return nil
 	}

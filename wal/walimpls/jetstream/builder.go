@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -39,6 +40,7 @@ func (b *Builder) Build() (walimpls.OpenerImpls, error) {
 		return nil, err
 	}
 	log := cfg.Logger.Named("jetstream")
+	var maxPayload atomic.Int64
 	nc, err := nats.Connect(cfg.URL,
 		nats.Name(cfg.ClientName),
 		nats.Timeout(cfg.ConnectTimeout),
@@ -50,6 +52,7 @@ func (b *Builder) Build() (walimpls.OpenerImpls, error) {
 			}
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) {
+			maxPayload.Store(c.MaxPayload()) // the new server's limit
 			log.Info("reconnected to NATS", "url", c.ConnectedUrl())
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
@@ -59,7 +62,11 @@ func (b *Builder) Build() (walimpls.OpenerImpls, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: connect to %s: %w", cfg.URL, err)
 	}
-	o := &opener{cfg: cfg, nc: nc, log: log, wals: map[*walImpl]struct{}{}, pend: map[*nats.Msg]*pending{}}
+	maxPayload.Store(nc.MaxPayload())
+	o := &opener{cfg: cfg, nc: nc, log: log, wals: map[*walImpl]struct{}{}, maxPayload: &maxPayload}
+	for i := range o.pend {
+		o.pend[i].m = map[*nats.Msg]*pending{}
+	}
 	js, err := jetstream.New(nc,
 		jetstream.WithPublishAsyncMaxPending(cfg.MaxPending),
 		jetstream.WithPublishAsyncTimeout(cfg.AckTimeout),
@@ -96,8 +103,10 @@ type opener struct {
 	truncMu sync.Mutex
 	// pend maps each published, unacknowledged message to its append, for
 	// the ack handlers.
-	pendMu sync.Mutex
-	pend   map[*nats.Msg]*pending
+	pend [pendShards]pendShard
+	// maxPayload caches the server's max_payload (refreshed on reconnect),
+	// read on every append without taking the connection's lock.
+	maxPayload *atomic.Int64
 }
 
 // Open opens (creating if needed) the channel's stream and, for a term > 0,
