@@ -564,3 +564,66 @@ func TestFullyTruncatedChannelSurvivesRestart(t *testing.T) {
 		t.Fatalf("DeliverAll after restart starts at %d, want %d", got[0].ID, id)
 	}
 }
+
+// A fenced writer keeps its term across a server restart: once the client has
+// reconnected its appends succeed again (its chain resynchronises), ids keep
+// increasing, and a lower term is still fenced.
+func TestFencedWriterRidesThroughServerRestart(t *testing.T) {
+	dir := t.TempDir()
+	srv := natstest.StartServer(t, embednats.Config{StoreDir: dir})
+	var port int
+	if _, err := fmt.Sscan(srv.Addr()[strings.LastIndex(srv.Addr(), ":")+1:], &port); err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxFor(t)
+	o := buildOpener(t, jetstream.Config{URL: srv.URL()})
+	w := openWAL(t, o, "recovery/ride", 5)
+	var last message.MessageID
+	for i := 0; i < 3; i++ {
+		id, err := w.Append(ctx, message.MutableMessage{Payload: []byte(fmt.Sprint("before-", i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = id
+	}
+	srv.Shutdown()
+	natstest.StartServer(t, embednats.Config{StoreDir: dir, Port: port})
+
+	deadline := time.Now().Add(15 * time.Second)
+	var next message.MessageID
+	for {
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		id, err := w.Append(actx, message.MutableMessage{Payload: []byte("after"), DedupeID: "ride-after"})
+		cancel()
+		if err == nil {
+			next = id
+			break
+		}
+		if errors.Is(err, walimpls.ErrFenced) {
+			t.Fatalf("writer fenced by a restart: %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no append within 15s of the restart: %v", err)
+		}
+	}
+	if next <= last {
+		t.Fatalf("id after restart %d not above %d", next, last)
+	}
+	// The chain continues normally after the resync.
+	more, err := w.Append(ctx, message.MutableMessage{Payload: []byte("more")})
+	if err != nil || more <= next {
+		t.Fatalf("append after resync: id %d, %v; want above %d", more, err, next)
+	}
+	stale := openWAL(t, o, "recovery/ride", 4)
+	if _, err := stale.Append(ctx, message.MutableMessage{Payload: []byte("stale")}); !errors.Is(err, walimpls.ErrFenced) {
+		t.Fatalf("term 4 after restart: %v, want ErrFenced", err)
+	}
+	got := readAll(t, w, 5)
+	var payloads []string
+	for _, m := range got {
+		payloads = append(payloads, string(m.Payload))
+	}
+	if strings.Join(payloads, ",") != "before-0,before-1,before-2,after,more" {
+		t.Fatalf("channel holds %v", payloads)
+	}
+}
