@@ -10,11 +10,15 @@
 // NewOpenerBuilder wraps any walimpls backend (memory, jetstream) in the
 // adaptor, which adds what backends need not implement:
 //
-//   - Ordering: every append of a WAL goes through one dispatcher in call
-//     order, so appends from one goroutine (sync or async) are stored in call
-//     order and AppendAsync callbacks run in call order. When the backend
-//     implements walimpls.AsyncAppender the dispatcher keeps a window of
-//     appends in flight (WithAsyncWindow); otherwise it appends one at a time.
+//   - Ordering: appends from one goroutine (sync or async) are stored in
+//     call order and AppendAsync callbacks run in the order the appends were
+//     accepted, one at a time. When the backend implements
+//     walimpls.AsyncAppender, callers hand appends to it directly (in order,
+//     under a mutex) with up to a window of them in flight
+//     (WithAsyncWindow), and outcomes are delivered from the backend's
+//     acknowledgements without a goroutine hop; a transient failure switches
+//     to an ordered recovery on a WAL-owned goroutine. Otherwise one
+//     dispatcher goroutine appends one message at a time.
 //   - Retries with exponential backoff (WithRetry) for transient backend
 //     errors; never for ErrFenced, ErrClosed, ErrTruncated, an ended context
 //     or errors marked walimpls.Permanent. A pipelined append that failed
@@ -34,7 +38,8 @@
 //     consumerd_wal_scanner_filtered_messages_total.
 //   - Logging through hclog (WithLogger), with "backend" and "channel" fields.
 //
-// Ownership: each WAL owns its dispatcher goroutine and its scanners'
-// goroutines; WAL.Close stops them all, and Opener.Close closes WALs still
+// Ownership: each WAL owns its dispatcher goroutine (serial backends), its
+// recovery goroutines (pipelining backends, only while recovering from a
+// transient failure) and its scanners' goroutines; WAL.Close stops them all, and Opener.Close closes WALs still
 // open. Tests run under goleak.
 package wal

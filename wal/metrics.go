@@ -26,7 +26,7 @@ var (
 	}, []string{"backend"})
 	appendDuration = promauto.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "consumerd_wal_append_duration_seconds",
-		Help:    "Time from an append call to its acknowledgement or final error, retries included.",
+		Help:    "Time from an append call to its acknowledgement or final error, retries included; pipelined appends are sampled, one in 8.",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 	}, []string{"backend"})
 	scannerMessagesTotal = promauto.NewCounterVec(prometheus.CounterOpts{

@@ -73,8 +73,10 @@ func WithRetry(initial, max time.Duration, attempts int) Option {
 }
 
 // WithAsyncWindow bounds the async appends in flight at the backend at once
-// when the backend pipelines (implements walimpls.AsyncAppender), and the
-// AppendAsync calls queued ahead of the dispatcher. n <= 0 keeps the default.
+// when the backend pipelines (implements walimpls.AsyncAppender; a caller
+// that finds the window full waits until it has drained to three quarters),
+// and the AppendAsync calls queued ahead of the dispatcher otherwise. n <= 0
+// keeps the default.
 func WithAsyncWindow(n int) Option {
 	return func(o *adaptorOptions) {
 		if n > 0 {

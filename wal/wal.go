@@ -118,23 +118,31 @@ type MessageHandler interface {
 // After ErrFenced or Close the WAL is unavailable: Available is closed and
 // every later append fails (with ErrFenced, respectively ErrClosed).
 //
-// Async appends: AppendAsync hands the message to the WAL's dispatcher (or,
-// when the backend pipelines, to the backend) and returns; it blocks only for
-// backpressure (the async window or queue is full) and then at most until
-// ctx ends. cb is called exactly once. Outcomes of accepted appends are
-// reported in call order from the WAL's dispatcher goroutine — never from a
-// backend goroutine — so cb must not block for long, must not call Close of
-// the same WAL, and must not call AppendAsync/Append of the same WAL (that can
-// wait for room only the dispatcher frees). When the append is refused at once
-// (WAL closed or fenced, ctx ended before it was accepted) cb runs on the
-// caller's goroutine before AppendAsync returns. Append is AppendAsync plus
-// waiting, so sync and async appends from one goroutine are stored in call
-// order too. A retried append whose earlier attempt was stored but not
+// Async appends: AppendAsync hands the message to the backend on the
+// caller's goroutine (when the backend pipelines, i.e. implements
+// walimpls.AsyncAppender) or queues it for the WAL's dispatcher goroutine,
+// and returns. It blocks only for backpressure (the async window is full:
+// then until it has drained to three quarters; or the queue is full) and
+// then at most until ctx ends. cb is called exactly once. Outcomes of
+// accepted appends are reported in the order the appends were accepted
+// (for one goroutine, its call order), one at a time, never concurrently.
+// cb runs on the goroutine that completes the append: with a pipelining
+// backend, normally the backend's acknowledgement goroutine (for JetStream
+// the connection's ack goroutine, shared by every WAL of the connection),
+// after a transient failure a WAL-owned recovery goroutine, or the
+// goroutine of an AppendAsync call whose append completed during its
+// hand-off; with any other backend the dispatcher goroutine. So cb must not
+// block (it would stall acknowledgements), must not call Close of the same
+// WAL, and must not call AppendAsync/Append of the same WAL (that can wait
+// for room only the blocked goroutine frees). When the append is refused at
+// once (WAL closed or fenced, ctx ended before it was accepted) cb runs on
+// the caller's goroutine before AppendAsync returns. Append is AppendAsync
+// plus waiting, so sync and async appends from one goroutine are stored in
+// call order too. A retried append whose earlier attempt was stored but not
 // acknowledged is stored twice unless msg.DedupeID is set and the backend
-// deduplicates. A pipelined append (backend implements
-// walimpls.AsyncAppender) that failed transiently after a later append was
-// already stored is reported as failed, not retried, since a retry would
-// store it out of order.
+// deduplicates. A pipelined append that failed transiently after a later
+// append was already stored is reported as failed, not retried, since a
+// retry would store it out of order.
 type WAL interface {
 	// WALName is the backend's name.
 	WALName() string

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -14,30 +15,49 @@ import (
 	"github.com/consumerd/consumerd/wal/walimpls"
 )
 
-// asyncItem is one append travelling through the dispatcher.
+// asyncItem is one accepted append.
 type asyncItem struct {
+	w     *walAdaptor
 	ctx   context.Context
 	msg   message.MutableMessage
 	cb    func(*AppendResult, error)
-	start time.Time
+	start time.Time // zero when the latency of this append is not sampled
+	res   AppendResult
 
-	// Pipelined mode. slot: the item holds a window slot. dispatched: handed
-	// to the backend (set under pmu before the backend call). done, id, err:
-	// the outcome, written and read by the dispatcher goroutine only.
+	// Pipelined mode. slot: the item counts in the async window (until it
+	// leaves the ring, or its recovery reports it). dispatched: handed to
+	// the backend.
+	// done, id, err: the outcome, guarded by w.cmu. handoff: 0 while the
+	// caller is inside the backend's AppendAsync, 1 after; 2 when the
+	// backend reported the outcome before that call returned (the caller
+	// then delivers, so no callback runs under smu).
 	slot       bool
 	dispatched bool
 	done       bool
 	id         message.MessageID
 	err        error
+	handoff    atomic.Int32
 }
+
+// backendDone is the callback given to the backend's AppendAsync.
+func (it *asyncItem) backendDone(id message.MessageID, err error) { it.w.onResult(it, id, err) }
 
 // walAdaptor is the WAL callers get: a backend WAL plus ordering, retries,
 // availability, scanners with filters and handlers, and metrics.
 //
-// Every append (Append and AppendAsync) goes through one dispatcher goroutine
-// in call order, so appends from one goroutine are stored in call order. When
-// the backend implements walimpls.AsyncAppender the dispatcher pipelines up to
-// asyncWindow appends; otherwise it appends one message at a time.
+// Pipelined mode (the backend implements walimpls.AsyncAppender): callers
+// hand appends to the backend themselves, under smu, so the order of items
+// in the ring (in flight, call order) is the backend's order. Outcomes are
+// delivered in ring order by whichever goroutine holds the delivering role
+// (a backend callback, the caller whose append completed during its own
+// hand-off, or a recovery goroutine): no dispatcher goroutine sits between
+// the backend's acknowledgement and the caller's callback. A transient
+// failure at the head switches to draining: new appends are held, the
+// window drains, and a recovery goroutine (never the backend's callback
+// goroutine, which the retry's own acknowledgement needs) settles it.
+//
+// Serial mode (any other backend): one dispatcher goroutine appends queued
+// items one at a time, in order.
 type walAdaptor struct {
 	impl    walimpls.WALImpls
 	async   walimpls.AsyncAppender
@@ -50,20 +70,32 @@ type walAdaptor struct {
 
 	mu       sync.Mutex
 	closed   bool
-	fenced   error
 	scanners map[*scanner]struct{}
 	inflight sync.WaitGroup // appends accepted and not yet completed
 
-	queue   chan *asyncItem // serial mode
-	results chan asyncResult
+	fenced atomic.Pointer[error] // error later appends fail with once fenced
 
-	// Pipelined mode: callers hand appends to the backend themselves, under
-	// pmu, so pitems (in flight, call order) matches the backend's order.
-	pmu      sync.Mutex
-	pitems   []*asyncItem
-	held     []*asyncItem // accepted while draining; sent after recovery
-	draining bool
-	slots    chan struct{} // window semaphore: in flight + held <= asyncWindow
+	queue chan *asyncItem // serial mode
+
+	// Pipelined mode. smu orders hand-offs to the backend; it is never held
+	// while a callback runs. cmu guards the fields after it; it is never
+	// held while calling the backend or a callback.
+	smu        sync.Mutex
+	cmu        sync.Mutex
+	ring       []*asyncItem // in flight, call order: ring[rhead], ... (rlen items)
+	rhead      int
+	rlen       int
+	undone     int          // items in ring without an outcome yet
+	held       []*asyncItem // accepted while draining; sent after recovery
+	draining   bool
+	delivering bool           // a goroutine is delivering outcomes
+	closedPipe bool           // Close has started (also under smu)
+	used       int            // window slots taken: in flight + held + recovering
+	room       chan struct{}  // closed when used falls to lowWater; nil if no one waits
+	window     int            // asyncWindow
+	sampled    uint32         // pipelined appends sent, for latency sampling (under smu)
+	lowWater   int            // waiters wake when used <= lowWater (hysteresis)
+	recovering sync.WaitGroup // recovery goroutines
 
 	closing        chan struct{} // closed when Close starts: cuts retry waits short
 	stopDispatch   chan struct{}
@@ -90,12 +122,6 @@ func newWALMetrics(backend string) walMetrics {
 	}
 }
 
-type asyncResult struct {
-	it  *asyncItem
-	id  message.MessageID
-	err error
-}
-
 func newWAL(impl walimpls.WALImpls, backend string, term uint64, opts adaptorOptions) *walAdaptor {
 	w := &walAdaptor{
 		impl:           impl,
@@ -105,7 +131,6 @@ func newWAL(impl walimpls.WALImpls, backend string, term uint64, opts adaptorOpt
 		opts:           opts,
 		logger:         opts.logger.With("backend", backend, "channel", impl.Channel()),
 		scanners:       make(map[*scanner]struct{}),
-		queue:          make(chan *asyncItem, opts.asyncQueue),
 		closing:        make(chan struct{}),
 		stopDispatch:   make(chan struct{}),
 		dispatcherDone: make(chan struct{}),
@@ -116,10 +141,12 @@ func newWAL(impl walimpls.WALImpls, backend string, term uint64, opts adaptorOpt
 		logger: w.logger, backend: backend}
 	if a, ok := impl.(walimpls.AsyncAppender); ok {
 		w.async = a
-		w.results = make(chan asyncResult, opts.asyncWindow)
-		w.slots = make(chan struct{}, opts.asyncWindow)
-		go w.runPipelined()
+		w.ring = make([]*asyncItem, opts.asyncWindow)
+		w.window = opts.asyncWindow
+		w.lowWater = w.window - max(1, w.window/4)
+		close(w.dispatcherDone) // no dispatcher goroutine
 	} else {
+		w.queue = make(chan *asyncItem, opts.asyncQueue)
 		go w.runSerial()
 	}
 	return w
@@ -145,19 +172,15 @@ func (w *walAdaptor) markUnavailable() {
 
 // fencedErr returns the error later appends fail with once fenced, or nil.
 func (w *walAdaptor) fencedErr() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.fenced
+	if p := w.fenced.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 func (w *walAdaptor) setFenced(err error) {
-	w.mu.Lock()
-	first := w.fenced == nil
-	if first {
-		w.fenced = fmt.Errorf("wal: %q (term %d) is fenced: %w", w.channel, w.term, ErrFenced)
-	}
-	w.mu.Unlock()
-	if first {
+	fe := fmt.Errorf("wal: %q (term %d) is fenced: %w", w.channel, w.term, ErrFenced)
+	if w.fenced.CompareAndSwap(nil, &fe) {
 		w.logger.Warn("WAL fenced by a higher term; no more appends", "term", w.term, "error", err)
 	}
 	w.markUnavailable()
@@ -170,14 +193,14 @@ func (w *walAdaptor) beginAppend() error {
 	if w.closed {
 		return fmt.Errorf("wal: append to %q: %w", w.channel, ErrClosed)
 	}
-	if w.fenced != nil {
-		return w.fenced
+	if err := w.fencedErr(); err != nil {
+		return err
 	}
 	w.inflight.Add(1)
 	return nil
 }
 
-// Append stores msg through the dispatcher and waits for the outcome or ctx.
+// Append stores msg through AppendAsync and waits for the outcome or ctx.
 func (w *walAdaptor) Append(ctx context.Context, msg message.MutableMessage) (*AppendResult, error) {
 	type outcome struct {
 		res *AppendResult
@@ -189,69 +212,292 @@ func (w *walAdaptor) Append(ctx context.Context, msg message.MutableMessage) (*A
 	case o := <-ch:
 		return o.res, o.err
 	case <-ctx.Done():
-		// The dispatcher sees the same ctx and completes the item on its own;
-		// the message may or may not be stored.
+		// The WAL sees the same ctx and completes the item on its own; the
+		// message may or may not be stored.
 		return nil, fmt.Errorf("wal: append to %q: %w", w.channel, ctx.Err())
 	}
 }
 
-// AppendAsync accepts msg and returns; cb is called exactly once, in call
-// order, from the dispatcher goroutine (or at once on the caller's goroutine
-// when the append is refused before it was accepted).
+// latencySample: pipelined appends observe their latency one in
+// latencySample (the histogram's count then is about appends/latencySample);
+// serial appends and appends refused at once always do.
+const latencySample = 8
+
+// AppendAsync accepts msg and returns; cb is called exactly once, see WAL.
 func (w *walAdaptor) AppendAsync(ctx context.Context, msg message.MutableMessage, cb func(*AppendResult, error)) {
-	start := time.Now()
 	if cb == nil {
 		cb = func(*AppendResult, error) {}
 	}
+	if w.async != nil {
+		w.appendPipelined(ctx, msg, cb)
+		return
+	}
 	if err := w.beginAppend(); err != nil {
-		w.observe(start, &msg, err)
-		cb(nil, err)
+		w.refuse(&msg, cb, err)
 		return
 	}
-	it := &asyncItem{ctx: ctx, msg: msg, cb: cb, start: start}
-	if w.async == nil {
-		select {
-		case w.queue <- it:
-		case <-ctx.Done():
-			w.complete(it, 0, fmt.Errorf("wal: append to %q: queued: %w", w.channel, ctx.Err()))
-		}
-		return
-	}
+	it := &asyncItem{w: w, ctx: ctx, msg: msg, cb: cb, start: time.Now()}
 	select {
-	case w.slots <- struct{}{}:
-		it.slot = true
+	case w.queue <- it:
 	case <-ctx.Done():
-		w.complete(it, 0, fmt.Errorf("wal: append to %q: waiting for the async window: %w", w.channel, ctx.Err()))
-		return
+		w.complete(it, 0, fmt.Errorf("wal: append to %q: queued: %w", w.channel, ctx.Err()))
 	}
-	w.pmu.Lock()
-	defer w.pmu.Unlock()
-	if w.draining {
-		w.held = append(w.held, it)
-		return
-	}
-	w.sendLocked(it)
 }
 
-// sendLocked hands it to the backend (or fails it early) and appends it to
-// pitems. Every item sent produces exactly one asyncResult. Called with pmu
-// held, so pitems order is the order of the backend calls.
-func (w *walAdaptor) sendLocked(it *asyncItem) {
-	w.pitems = append(w.pitems, it)
-	if err := w.precheck(it); err != nil {
-		// results has room: one slot per item, one result per item.
-		w.results <- asyncResult{it: it, err: err}
+// refuse reports an append refused before it was accepted.
+func (w *walAdaptor) refuse(msg *message.MutableMessage, cb func(*AppendResult, error), err error) {
+	w.observe(time.Now(), msg, err)
+	cb(nil, err)
+}
+
+// appendPipelined is AppendAsync on a pipelined WAL. The WAL's closed and
+// fenced state is checked under smu and cmu (Close sets closedPipe under
+// both), which also orders the inflight.Add before Close's inflight.Wait.
+func (w *walAdaptor) appendPipelined(ctx context.Context, msg message.MutableMessage, cb func(*AppendResult, error)) {
+	w.smu.Lock()
+	w.cmu.Lock()
+	err := w.fencedErr()
+	if w.closedPipe {
+		err = fmt.Errorf("wal: append to %q: %w", w.channel, ErrClosed)
+	}
+	if err != nil {
+		w.cmu.Unlock()
+		w.smu.Unlock()
+		w.refuse(&msg, cb, err)
 		return
 	}
+	w.inflight.Add(1)
+	it := &asyncItem{w: w, ctx: ctx, msg: msg, cb: cb}
+	for w.used >= w.window {
+		// The window is full: wait until it has drained to lowWater, so a
+		// blocked caller is woken once per batch of acknowledgements, not
+		// once per acknowledgement.
+		if w.room == nil {
+			w.room = make(chan struct{})
+		}
+		room := w.room
+		w.cmu.Unlock()
+		w.smu.Unlock()
+		select {
+		case <-room:
+		case <-ctx.Done():
+			w.complete(it, 0, fmt.Errorf("wal: append to %q: waiting for the async window: %w", w.channel, ctx.Err()))
+			return
+		}
+		w.smu.Lock()
+		w.cmu.Lock()
+	}
+	w.used++
+	it.slot = true
+	if w.sampled++; w.sampled%latencySample == 1 {
+		it.start = time.Now()
+	}
+	deliver := w.sendLocked(it)
+	w.smu.Unlock()
+	if deliver {
+		w.kick()
+	}
+}
+
+// releaseLocked gives back it's window slot and wakes waiting callers once
+// the window has drained to lowWater. Called with cmu held.
+func (w *walAdaptor) releaseLocked(it *asyncItem) {
+	if !it.slot {
+		return
+	}
+	it.slot = false
+	w.used--
+	if w.room != nil && w.used <= w.lowWater {
+		close(w.room)
+		w.room = nil
+	}
+}
+
+// sendLocked queues it in the ring and hands it to the backend, or holds it
+// while draining, or fails it early (ctx ended, fenced). Called with smu and
+// cmu held (it holds a window slot); it releases cmu. smu is held across the
+// backend call, so ring order is the order of the backend calls. It reports whether
+// the caller must deliver outcomes (kick) once it has released smu: the item
+// was completed during the hand-off, when no one else would deliver it.
+func (w *walAdaptor) sendLocked(it *asyncItem) bool {
+	if w.draining {
+		w.held = append(w.held, it)
+		w.cmu.Unlock()
+		return false
+	}
+	w.ring[(w.rhead+w.rlen)%len(w.ring)] = it
+	w.rlen++
+	err := it.ctx.Err()
+	if err != nil {
+		err = fmt.Errorf("wal: append to %q: %w", w.channel, err)
+	} else {
+		err = w.fencedErr()
+	}
+	if err != nil {
+		it.done, it.err = true, err
+		w.cmu.Unlock()
+		return true
+	}
+	w.undone++
 	it.dispatched = true
-	w.async.AppendAsync(it.ctx, it.msg, func(id message.MessageID, err error) {
-		w.results <- asyncResult{it: it, id: id, err: err}
-	})
+	it.handoff.Store(0)
+	w.cmu.Unlock()
+	w.async.AppendAsync(it.ctx, it.msg, it.backendDone)
+	return !it.handoff.CompareAndSwap(0, 1)
+}
+
+// onResult records a backend outcome and, unless another goroutine is
+// delivering or the item's caller is still inside the backend call, delivers
+// what is ready. It runs on the backend's callback goroutine (or the
+// caller's) and never blocks on anything but the callbacks it delivers.
+func (w *walAdaptor) onResult(it *asyncItem, id message.MessageID, err error) {
+	w.cmu.Lock()
+	it.done, it.id, it.err = true, id, err
+	w.undone--
+	if w.delivering || it.handoff.CompareAndSwap(0, 2) {
+		w.cmu.Unlock()
+		return
+	}
+	w.delivering = true
+	w.deliverLocked()
+}
+
+// kick delivers what is ready unless another goroutine is delivering.
+func (w *walAdaptor) kick() {
+	w.cmu.Lock()
+	if w.delivering {
+		w.cmu.Unlock()
+		return
+	}
+	w.delivering = true
+	w.deliverLocked()
+}
+
+// deliverBatch bounds the outcomes taken off the ring per lock round.
+const deliverBatch = 16
+
+// deliverLocked is called with cmu held by the goroutine that set
+// delivering; it returns with cmu released and the role given up (or
+// handed to a recovery goroutine). It reports finished items off the head
+// of the ring in order. A transient failure at the head switches to
+// draining; once nothing is in flight the window goes to a recovery
+// goroutine. Every goroutine that records an outcome while another delivers
+// leaves it to that one, which looks again before giving the role up, so no
+// outcome is left behind.
+func (w *walAdaptor) deliverLocked() {
+	var buf [deliverBatch]*asyncItem
+	for {
+		n := 0
+		for n < len(buf) && w.rlen > 0 {
+			it := w.ring[w.rhead]
+			if !it.done {
+				break
+			}
+			if it.err != nil && walimpls.IsRetryable(it.err) {
+				w.draining = true
+				break
+			}
+			w.ring[w.rhead] = nil
+			w.rhead = (w.rhead + 1) % len(w.ring)
+			w.rlen--
+			w.releaseLocked(it) // before cb: a cb may append again
+			buf[n] = it
+			n++
+		}
+		if n == 0 {
+			if w.draining && w.undone == 0 {
+				items := make([]*asyncItem, w.rlen)
+				for i := range items {
+					items[i] = w.ring[w.rhead]
+					w.ring[w.rhead] = nil
+					w.rhead = (w.rhead + 1) % len(w.ring)
+				}
+				w.rlen = 0
+				w.recovering.Add(1)
+				w.cmu.Unlock()
+				go w.recover(items) // keeps the delivering role
+				return
+			}
+			w.delivering = false
+			w.cmu.Unlock()
+			return
+		}
+		w.cmu.Unlock()
+		w.finishBatch(buf[:n])
+		clear(buf[:n])
+		w.cmu.Lock()
+	}
+}
+
+// finishBatch reports items in order: metrics first (one update per batch
+// for the counters), then callbacks.
+func (w *walAdaptor) finishBatch(items []*asyncItem) {
+	var now time.Time
+	var ok, bytes int
+	for _, it := range items {
+		if it.err == nil {
+			if !it.start.IsZero() {
+				if now.IsZero() {
+					now = time.Now()
+				}
+				w.m.duration.Observe(now.Sub(it.start).Seconds())
+			}
+			ok++
+			bytes += it.msg.Size()
+		}
+	}
+	if ok > 0 {
+		w.m.appends.Add(float64(ok))
+		w.m.bytes.Add(float64(bytes))
+	}
+	for _, it := range items {
+		if it.err != nil {
+			w.complete(it, 0, w.outcomeErr(it))
+			continue
+		}
+		it.res.MessageID = it.id
+		it.cb(&it.res, nil)
+		w.inflight.Done()
+	}
+}
+
+// recover settles a drained window that holds a transient failure, then
+// sends the appends held meanwhile, then delivers again. It runs on its own
+// goroutine (owned by the WAL: Close waits for it) holding the delivering
+// role, since retrying waits for acknowledgements that the backend's
+// callback goroutine must stay free to deliver.
+func (w *walAdaptor) recover(items []*asyncItem) {
+	defer w.recovering.Done()
+	w.settleDrained(items)
+	w.smu.Lock()
+	w.cmu.Lock()
+	held := w.held
+	w.held = nil
+	w.draining = false
+	w.cmu.Unlock()
+	for _, it := range held {
+		w.cmu.Lock()
+		w.sendLocked(it) // this goroutine delivers below
+	}
+	w.smu.Unlock()
+	w.cmu.Lock()
+	w.deliverLocked()
+}
+
+// outcomeErr is the error an item's callback gets: the backend's error
+// wrapped with the channel (an error set before the hand-off already is).
+func (w *walAdaptor) outcomeErr(it *asyncItem) error {
+	if it.err == nil || !it.dispatched {
+		return it.err
+	}
+	return fmt.Errorf("wal: append to %q: %w", w.channel, it.err)
 }
 
 // observe records metrics (and fencing) for a finished append.
 func (w *walAdaptor) observe(start time.Time, msg *message.MutableMessage, err error) {
-	w.m.duration.Observe(time.Since(start).Seconds())
+	if !start.IsZero() {
+		w.m.duration.Observe(time.Since(start).Seconds())
+	}
 	if err != nil {
 		appendErrorsTotal.WithLabelValues(w.backend, errorReason(err)).Inc()
 		if errors.Is(err, ErrFenced) {
@@ -267,8 +513,9 @@ func (w *walAdaptor) observe(start time.Time, msg *message.MutableMessage, err e
 func (w *walAdaptor) complete(it *asyncItem, id message.MessageID, err error) {
 	w.observe(it.start, &it.msg, err)
 	if it.slot {
-		it.slot = false
-		<-w.slots // before cb: a cb may append again
+		w.cmu.Lock()
+		w.releaseLocked(it) // before cb: a cb may append again
+		w.cmu.Unlock()
 	}
 	if err != nil {
 		it.cb(nil, err)
@@ -322,85 +569,6 @@ func (w *walAdaptor) runSerial() {
 	}
 }
 
-// runPipelined collects the outcomes of appends that callers handed to the
-// backend (up to asyncWindow in flight) and reports them in call order. A
-// transient failure at the head stops sending (new appends are held) until
-// everything in flight has finished; then failed items after the last stored
-// one are retried one at a time, in order, while failed items before a stored
-// one are reported (retrying them would store them out of order); then the
-// held appends are sent.
-func (w *walAdaptor) runPipelined() {
-	defer close(w.dispatcherDone)
-	var ready []*asyncItem
-	for {
-		select {
-		case r := <-w.results:
-			r.it.done, r.it.id, r.it.err = true, r.id, r.err
-		case <-w.stopDispatch:
-			return
-		}
-		// Collect what else has finished, to settle it in one pass.
-	more:
-		for {
-			select {
-			case r := <-w.results:
-				r.it.done, r.it.id, r.it.err = true, r.id, r.err
-			default:
-				break more
-			}
-		}
-		// Take finished items off the head, in order.
-		ready = ready[:0]
-		var settle []*asyncItem
-		w.pmu.Lock()
-		for !w.draining && len(w.pitems) > 0 && w.pitems[0].done {
-			it := w.pitems[0]
-			if it.err != nil && walimpls.IsRetryable(it.err) {
-				w.draining = true
-				break
-			}
-			w.pitems[0] = nil
-			w.pitems = w.pitems[1:]
-			ready = append(ready, it)
-		}
-		if w.draining && allDone(w.pitems) {
-			settle, w.pitems = w.pitems, nil
-		}
-		w.pmu.Unlock()
-		for _, it := range ready {
-			w.finishPipelined(it)
-		}
-		if settle != nil {
-			w.settleDrained(settle)
-			w.pmu.Lock()
-			held := w.held
-			w.held = nil
-			w.draining = false
-			for _, it := range held {
-				w.sendLocked(it)
-			}
-			w.pmu.Unlock()
-		}
-	}
-}
-
-func allDone(items []*asyncItem) bool {
-	for _, it := range items {
-		if !it.done {
-			return false
-		}
-	}
-	return true
-}
-
-func (w *walAdaptor) finishPipelined(it *asyncItem) {
-	if it.err != nil {
-		w.complete(it, 0, fmt.Errorf("wal: append to %q: %w", w.channel, it.err))
-		return
-	}
-	w.complete(it, it.id, nil)
-}
-
 // settleDrained settles a drained window that holds a transient failure.
 func (w *walAdaptor) settleDrained(items []*asyncItem) {
 	outs := make([]settleOutcome, len(items))
@@ -411,7 +579,7 @@ func (w *walAdaptor) settleDrained(items []*asyncItem) {
 		it := items[i]
 		switch action {
 		case settleReport:
-			w.finishPipelined(it)
+			w.complete(it, it.id, w.outcomeErr(it))
 		case settleDrop:
 			w.complete(it, 0, fmt.Errorf("wal: append to %q: not retried because a later append was already stored: %w",
 				w.channel, it.err))
@@ -531,9 +699,15 @@ func (w *walAdaptor) Close() {
 		w.mu.Lock()
 		w.closed = true
 		w.mu.Unlock()
+		w.smu.Lock()
+		w.cmu.Lock()
+		w.closedPipe = true
+		w.cmu.Unlock()
+		w.smu.Unlock()
 		close(w.closing)
 		w.markUnavailable()
 		w.inflight.Wait()
+		w.recovering.Wait()
 		close(w.stopDispatch)
 		<-w.dispatcherDone
 

@@ -17,8 +17,10 @@ import (
 //     before one passed to an earlier call, though either may fail).
 //   - cb is called exactly once per call, with the assigned id or an error,
 //     possibly from another goroutine and possibly before AppendAsync returns.
-//     cb must not block for long; the adaptor's callback only hands the result
-//     to its dispatcher.
+//     The adaptor's callback records the outcome and may go on to run its
+//     callers' callbacks (which must not block) on the same goroutine; it
+//     never waits for another acknowledgement, so the backend may call cb on
+//     the goroutine that processes acknowledgements.
 //   - Errors are as for Append: ErrFenced once the term was superseded (and
 //     for every later call), an error wrapping ErrClosed after Close, a ctx
 //     error when ctx ended first (the message may or may not have been stored).
