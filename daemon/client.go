@@ -60,6 +60,21 @@ func (c *clientFlags) etcd(ctx context.Context) (*clientv3.Client, error) {
 	return dialEtcdTimeout(ctx, c.etcdEndpoints, c.dialTimeout)
 }
 
+// snapshot connects to etcd and reads the whole keyspace once. The caller
+// closes the returned client.
+func (c *clientFlags) snapshot(ctx context.Context) (*clientv3.Client, allocator.Snapshot, error) {
+	cli, err := c.etcd(ctx)
+	if err != nil {
+		return nil, allocator.Snapshot{}, err
+	}
+	snap, err := loadSnapshot(ctx, cli, c.etcdPrefix)
+	if err != nil {
+		cli.Close()
+		return nil, allocator.Snapshot{}, err
+	}
+	return cli, snap, nil
+}
+
 func dialEtcd(ctx context.Context, endpoints []string, log hclog.Logger) (*clientv3.Client, error) {
 	return dialEtcdTimeout(ctx, endpoints, 10*time.Second)
 }

@@ -313,15 +313,11 @@ func newShardsListCommand(opts Options) *cobra.Command {
 				return err
 			}
 			ctx := cmd.Context()
-			cli, err := cf.etcd(ctx)
+			cli, snap, err := cf.snapshot(ctx)
 			if err != nil {
 				return err
 			}
 			defer cli.Close()
-			snap, err := loadSnapshot(ctx, cli, cf.etcdPrefix)
-			if err != nil {
-				return err
-			}
 			rows := shardRows(snap)
 			var opener wal.Opener
 			if len(rows) > 0 {
@@ -365,15 +361,11 @@ func newMembersCommand(opts Options) *cobra.Command {
 				return err
 			}
 			ctx := cmd.Context()
-			cli, err := cf.etcd(ctx)
+			cli, snap, err := cf.snapshot(ctx)
 			if err != nil {
 				return err
 			}
 			defer cli.Close()
-			snap, err := loadSnapshot(ctx, cli, cf.etcdPrefix)
-			if err != nil {
-				return err
-			}
 			rows := memberRows(snap)
 			if output == "json" {
 				return writeJSON(cmd.OutOrStdout(), rows)

@@ -37,15 +37,11 @@ carries a dedupe id, so the WAL's retries never store a line twice.`,
 				return usagef("--topic: %v", err)
 			}
 			ctx := cmd.Context()
-			cli, err := cf.etcd(ctx)
+			cli, snap, err := cf.snapshot(ctx)
 			if err != nil {
 				return err
 			}
 			defer cli.Close()
-			snap, err := loadSnapshot(ctx, cli, cf.etcdPrefix)
-			if err != nil {
-				return err
-			}
 			parts := shard.TopicPartitions(specsOf(snap))
 			n := parts[topicName]
 			if n == 0 {

@@ -289,15 +289,11 @@ again (a FAILED replica restarts, from its recovery log, possibly elsewhere).
 				return usagef("give --failed, --shard ID, or both")
 			}
 			ctx := cmd.Context()
-			cli, err := cf.etcd(ctx)
+			cli, snap, err := cf.snapshot(ctx)
 			if err != nil {
 				return err
 			}
 			defer cli.Close()
-			snap, err := loadSnapshot(ctx, cli, cf.etcdPrefix)
-			if err != nil {
-				return err
-			}
 			if shardID != "" {
 				if _, ok := snap.Items[shardID]; !ok {
 					return fmt.Errorf("--shard: no shard %q", shardID)

@@ -15,6 +15,7 @@ import (
 	"github.com/consumerd/consumerd/examples/wordcount"
 	"github.com/consumerd/consumerd/internal/etcdtest"
 	"github.com/consumerd/consumerd/internal/natstest"
+	"github.com/consumerd/consumerd/internal/rockstest"
 	"github.com/consumerd/consumerd/recoverylog"
 	"github.com/consumerd/consumerd/recoverylog/snapshot"
 	"github.com/consumerd/consumerd/shard"
@@ -123,8 +124,8 @@ func TestShardsRecover(t *testing.T) {
 	if !strings.Contains(stdout.String(), last.Manifest.ID) {
 		t.Fatalf("output %q does not name snapshot %s", stdout.String(), last.Manifest.ID)
 	}
-	got := dumpDir(t, out)
-	want := dumpDB(t, db)
+	got := rockstest.MapDir(t, out)
+	want := rockstest.Map(t, db)
 	if len(got) != len(want) || len(want) < 50 {
 		t.Fatalf("recovered %d keys, live %d", len(got), len(want))
 	}
@@ -159,35 +160,4 @@ func TestShardsRecoverUsage(t *testing.T) {
 			t.Errorf("%v: code %d stderr %q, want 2 and %q", tc.args, code, errb.String(), tc.want)
 		}
 	}
-}
-
-func dumpDir(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	opts := grocksdb.NewDefaultOptions()
-	defer opts.Destroy()
-	db, err := grocksdb.OpenDbForReadOnly(opts, dir, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	return dumpDB(t, db)
-}
-
-func dumpDB(t *testing.T, db *grocksdb.DB) map[string]string {
-	t.Helper()
-	ro := grocksdb.NewDefaultReadOptions()
-	defer ro.Destroy()
-	it := db.NewIterator(ro)
-	defer it.Close()
-	out := map[string]string{}
-	for it.SeekToFirst(); it.Valid(); it.Next() {
-		k, v := it.Key(), it.Value()
-		out[string(k.Data())] = string(v.Data())
-		k.Free()
-		v.Free()
-	}
-	if err := it.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
 }

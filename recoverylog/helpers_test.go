@@ -14,6 +14,7 @@ import (
 	"github.com/linxGnu/grocksdb"
 	"go.uber.org/goleak"
 
+	"github.com/consumerd/consumerd/internal/rockstest"
 	"github.com/consumerd/consumerd/wal"
 	"github.com/consumerd/consumerd/wal/message"
 	"github.com/consumerd/consumerd/wal/walimpls/memory"
@@ -84,24 +85,7 @@ func (countMerge) FullMerge(key, existing []byte, operands [][]byte) ([]byte, bo
 }
 
 // dumpDB is the DB's full contents, in key order.
-func dumpDB(t testing.TB, db *grocksdb.DB) [][2]string {
-	t.Helper()
-	ro := grocksdb.NewDefaultReadOptions()
-	defer ro.Destroy()
-	it := db.NewIterator(ro)
-	defer it.Close()
-	var out [][2]string
-	for it.SeekToFirst(); it.Valid(); it.Next() {
-		k, v := it.Key(), it.Value()
-		out = append(out, [2]string{string(k.Data()), string(v.Data())})
-		k.Free()
-		v.Free()
-	}
-	if err := it.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
+func dumpDB(t testing.TB, db *grocksdb.DB) [][2]string { t.Helper(); return rockstest.Pairs(t, db) }
 
 // userState is the DB's contents without the recovery-log position.
 func userState(t testing.TB, db *grocksdb.DB) map[string]string {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/consumerd/consumerd/internal/etcdtest"
 	"github.com/consumerd/consumerd/internal/natstest"
+	"github.com/consumerd/consumerd/internal/rockstest"
 	"github.com/consumerd/consumerd/recoverylog"
 	"github.com/consumerd/consumerd/recoverylog/snapshot"
 	"github.com/consumerd/consumerd/wal"
@@ -268,24 +269,7 @@ func (e *env) checkRecovers() snapshot.RecoverResult {
 	return res
 }
 
-func dump(t testing.TB, db *grocksdb.DB) [][2]string {
-	t.Helper()
-	ro := grocksdb.NewDefaultReadOptions()
-	defer ro.Destroy()
-	it := db.NewIterator(ro)
-	defer it.Close()
-	var out [][2]string
-	for it.SeekToFirst(); it.Valid(); it.Next() {
-		k, v := it.Key(), it.Value()
-		out = append(out, [2]string{string(k.Data()), string(v.Data())})
-		k.Free()
-		v.Free()
-	}
-	if err := it.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
+func dump(t testing.TB, db *grocksdb.DB) [][2]string { t.Helper(); return rockstest.Pairs(t, db) }
 
 func diffDumps(got, want [][2]string) string {
 	for i := 0; i < len(got) && i < len(want); i++ {

@@ -14,12 +14,12 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/linxGnu/grocksdb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/consumerd/consumerd/allocator"
 	"github.com/consumerd/consumerd/examples/wordcount"
 	"github.com/consumerd/consumerd/internal/etcdtest"
+	"github.com/consumerd/consumerd/internal/rockstest"
 	"github.com/consumerd/consumerd/recoverylog"
 	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/topic"
@@ -412,28 +412,7 @@ func DiffCounts(got, want map[string]int64) string {
 // replica stopped).
 func DumpDB(t testing.TB, dir string) map[string]string {
 	t.Helper()
-	opts := grocksdb.NewDefaultOptions()
-	defer opts.Destroy()
-	db, err := grocksdb.OpenDbForReadOnly(opts, dir, false)
-	if err != nil {
-		t.Fatalf("open %s: %v", dir, err)
-	}
-	defer db.Close()
-	ro := grocksdb.NewDefaultReadOptions()
-	defer ro.Destroy()
-	it := db.NewIterator(ro)
-	defer it.Close()
-	out := map[string]string{}
-	for it.SeekToFirst(); it.Valid(); it.Next() {
-		k, v := it.Key(), it.Value()
-		out[string(k.Data())] = string(v.Data())
-		k.Free()
-		v.Free()
-	}
-	if err := it.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return rockstest.MapDir(t, dir)
 }
 
 // HookedApp is wordcount (named name) with hook run after each Consume.
