@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/nats-io/nats.go"
@@ -34,6 +35,7 @@ type pending struct {
 	cb    func(message.MessageID, error)
 	msgID string // fenced writers: Nats-Msg-Id, stable across re-sends
 	tries int    // fenced writers: conflict re-sends so far
+	epoch uint64 // the opener's watchdog epoch when last published; guarded by its shard's lock
 	fired atomic.Bool
 
 	mu      sync.Mutex // guards the outcome; never held while calling NATS
@@ -69,6 +71,7 @@ func (p *pending) reset() {
 func (o *opener) track(p *pending) {
 	sh := o.shard(p.m)
 	sh.mu.Lock()
+	p.epoch = o.epoch.Load()
 	sh.m[p.m] = p
 	sh.mu.Unlock()
 }
@@ -105,21 +108,70 @@ func (o *opener) onAck(_ jetstream.JetStream, m *nats.Msg, ack *jetstream.PubAck
 	}
 }
 
-// onErr is the connection's PublishAsync error handler (rejections, ack
-// timeouts, disconnects). nats.go calls it for timeouts while holding its
-// publisher lock, so a term-0 callback for a timeout runs on its own
-// goroutine (accounted in the WAL's inflight, so Close waits for it).
+// onErr is the connection's PublishAsync error handler (rejections,
+// disconnects, and the watchdog's CleanupPublisher). nats.go calls it
+// without holding its publisher lock.
 func (o *opener) onErr(_ jetstream.JetStream, m *nats.Msg, err error) {
 	p := o.take(m)
 	if p == nil {
 		return
 	}
-	err = fmt.Errorf("jetstream: append to channel %q on %s: %w", p.w.n.channel, o.cfg.URL, err)
-	if p.w.term == 0 && errors.Is(err, jetstream.ErrAsyncPublishTimeout) {
-		go p.w.settle(p, 0, err)
-		return
+	if errors.Is(err, jetstream.ErrJetStreamPublisherClosed) {
+		err = fmt.Errorf("jetstream: append to channel %q on %s: no acknowledgement within the ack timeout (%v) for this or another append of the connection: %w",
+			p.w.n.channel, o.cfg.URL, o.cfg.AckTimeout, err)
+	} else {
+		err = fmt.Errorf("jetstream: append to channel %q on %s: %w", p.w.n.channel, o.cfg.URL, err)
 	}
 	p.w.settle(p, 0, err)
+}
+
+// watchTicks is how many watchdog ticks make one AckTimeout.
+const watchTicks = 4
+
+// watch is the opener's watchdog (one goroutine, stopped by Close). It bounds
+// the wait for acknowledgements, which nats.go would otherwise do with one
+// timer per append: every AckTimeout/watchTicks it advances the epoch and, if
+// an append has been waiting for its acknowledgement longer than AckTimeout
+// (more than watchTicks epochs: between 1 and 1.25 AckTimeout), it calls
+// CleanupPublisher. That fails every async publish of the connection still
+// waiting (through onErr, with ErrJetStreamPublisherClosed, a retryable
+// error: the adaptor re-sends them) and leaves the JetStream context usable —
+// a lost acknowledgement, e.g. after a cluster leader change without a
+// reconnect, never stalls the connection. Acknowledgements of the failed
+// publishes that still arrive are ignored.
+func (o *opener) watch() {
+	defer close(o.watchDone)
+	t := time.NewTicker(max(o.cfg.AckTimeout/watchTicks, time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-o.stopWatch:
+			return
+		case <-t.C:
+		}
+		now := o.epoch.Add(1)
+		if n := o.stale(now); n > 0 {
+			o.log.Warn("appends unacknowledged after the ack timeout; failing every pending append of the connection so they are retried",
+				"url", o.cfg.URL, "ack_timeout", o.cfg.AckTimeout, "stale", n, "pending", o.js.PublishAsyncPending())
+			o.js.CleanupPublisher()
+		}
+	}
+}
+
+// stale counts the appends published more than watchTicks epochs before now.
+func (o *opener) stale(now uint64) int {
+	n := 0
+	for i := range o.pend {
+		sh := &o.pend[i]
+		sh.mu.Lock()
+		for _, p := range sh.m {
+			if now-p.epoch > watchTicks {
+				n++
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return n
 }
 
 // failPending settles every append of w still waiting for an ack with err.

@@ -63,13 +63,15 @@ func (b *Builder) Build() (walimpls.OpenerImpls, error) {
 		return nil, fmt.Errorf("jetstream: connect to %s: %w", cfg.URL, err)
 	}
 	maxPayload.Store(nc.MaxPayload())
-	o := &opener{cfg: cfg, nc: nc, log: log, wals: map[*walImpl]struct{}{}, maxPayload: &maxPayload}
+	o := &opener{cfg: cfg, nc: nc, log: log, wals: map[*walImpl]struct{}{}, maxPayload: &maxPayload,
+		stopWatch: make(chan struct{}), watchDone: make(chan struct{})}
 	for i := range o.pend {
 		o.pend[i].m = map[*nats.Msg]*pending{}
 	}
 	js, err := jetstream.New(nc,
 		jetstream.WithPublishAsyncMaxPending(cfg.MaxPending),
-		jetstream.WithPublishAsyncTimeout(cfg.AckTimeout),
+		// No WithPublishAsyncTimeout: it costs a timer per append; the
+		// opener's watchdog bounds the wait for acknowledgements instead.
 		jetstream.WithPublishAsyncAckHandler(o.onAck),
 		jetstream.WithPublishAsyncErrHandler(o.onErr),
 	)
@@ -85,6 +87,7 @@ func (b *Builder) Build() (walimpls.OpenerImpls, error) {
 	}
 	log.Debug("connected", "url", nc.ConnectedUrl(), "max_payload", nc.MaxPayload())
 	o.js = js
+	go o.watch()
 	return o, nil
 }
 
@@ -107,6 +110,11 @@ type opener struct {
 	// maxPayload caches the server's max_payload (refreshed on reconnect),
 	// read on every append without taking the connection's lock.
 	maxPayload *atomic.Int64
+	// epoch is the watchdog's tick count: appends record it when published
+	// (see watch).
+	epoch     atomic.Uint64
+	stopWatch chan struct{} // closed by Close: the watchdog exits
+	watchDone chan struct{} // closed when the watchdog has exited
 }
 
 // Open opens (creating if needed) the channel's stream and, for a term > 0,
@@ -240,5 +248,7 @@ func (o *opener) Close() {
 		o.log.Warn("closing WAL left open at opener Close", "channel", w.n.channel)
 		w.Close()
 	}
+	close(o.stopWatch)
+	<-o.watchDone
 	o.nc.Close()
 }

@@ -26,7 +26,9 @@ type Config struct {
 	// (Nats-Msg-Id). Default 2 minutes.
 	DuplicateWindow time.Duration
 	// AckTimeout bounds the wait for the server's acknowledgement of an
-	// append, and of other requests. Default 30 s.
+	// append (an append unacknowledged for between 1 and 1.25 AckTimeout
+	// fails, with every other append of the connection still waiting; see
+	// the package doc), and of other requests. Default 30 s.
 	AckTimeout time.Duration
 	// MaxPending bounds unacknowledged async appends per connection; further
 	// appends block (backpressure). Default 4000.

@@ -72,6 +72,18 @@
 // WAL's goroutine, in call order. Nothing waits per append, so async appends
 // through the wal adaptor run close to raw PublishAsync speed.
 //
+// The wait for an acknowledgement is bounded by one watchdog goroutine per
+// connection (owned by the opener, stopped by Close) rather than a timer per
+// append: appends record the watchdog's tick count (AckTimeout/4 per tick),
+// and when one has waited longer than AckTimeout (at most 1.25 AckTimeout)
+// the watchdog calls CleanupPublisher, which fails every append of the
+// connection still waiting with a retryable error wrapping
+// ErrJetStreamPublisherClosed (the wal adaptor retries them; like any append
+// whose outcome is unknown, one that was stored may be stored again unless it
+// carries a DedupeID — the same as nats.go's per-append timeout gave). So a
+// lost acknowledgement — a cluster leader change without a reconnect — never
+// stalls the connection.
+//
 // # Truncation
 //
 // Truncate(id) records id in the stream metadata ("consumerd.truncated") and

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	njs "github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/consumerd/consumerd/internal/embednats"
@@ -625,5 +627,87 @@ func TestFencedWriterRidesThroughServerRestart(t *testing.T) {
 	}
 	if strings.Join(payloads, ",") != "before-0,before-1,before-2,after,more" {
 		t.Fatalf("channel holds %v", payloads)
+	}
+}
+
+// An acknowledgement that never comes must not stall the connection: the
+// stream here stores appends without acknowledging them (StreamConfig.NoAck,
+// which looks to the client like acks lost in a cluster leader change without
+// a reconnect). The opener's watchdog fails them, retryably, between one and
+// about 1.25 AckTimeout after they were sent, and the connection keeps
+// working once acknowledgements flow again.
+func TestLostAcksFailAfterAckTimeout(t *testing.T) {
+	url := natstest.Start(t)
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := njs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ackTimeout = 400 * time.Millisecond
+	prefix := freshPrefix()
+	o := buildOpener(t, jetstream.Config{URL: url, Prefix: prefix, AckTimeout: ackTimeout})
+	setNoAck := func(channel string, noAck bool) {
+		t.Helper()
+		tok, err := jetstream.EscapeChannel(channel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := js.Stream(ctxFor(t), prefix+"_"+tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := st.CachedInfo().Config
+		cfg.NoAck = noAck
+		if _, err := js.UpdateStream(ctxFor(t), cfg); err != nil {
+			t.Fatalf("set NoAck=%v on %s: %v", noAck, cfg.Name, err)
+		}
+	}
+	for _, term := range []uint64{0, 3} {
+		channel := fmt.Sprintf("lost-acks/%d", term)
+		w := openWAL(t, o, channel, term)
+		first, err := w.Append(ctxFor(t), message.MutableMessage{Payload: []byte("acked")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		setNoAck(channel, true)
+		const n = 50
+		errs := make(chan error, n)
+		start := time.Now()
+		for i := 0; i < n; i++ {
+			w.(walimpls.AsyncAppender).AppendAsync(ctxFor(t), message.MutableMessage{Payload: []byte("lost")},
+				func(_ message.MessageID, err error) { errs <- err })
+		}
+		for i := 0; i < n; i++ {
+			select {
+			case err := <-errs:
+				if err == nil {
+					t.Fatalf("term %d: append %d acknowledged by a stream that sends no acks", term, i)
+				}
+				if !errors.Is(err, njs.ErrJetStreamPublisherClosed) || !walimpls.IsRetryable(err) || !strings.Contains(err.Error(), "ack timeout") {
+					t.Fatalf("term %d: append %d failed with %v, want a retryable ack-timeout error", term, i, err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("term %d: %d of %d unacknowledged appends still pending after 10s", term, n-i, n)
+			}
+		}
+		// The watchdog fails appends older than AckTimeout, checking every
+		// AckTimeout/4; the upper bound leaves room for a loaded -race run.
+		if el := time.Since(start); el < ackTimeout || el > 10*ackTimeout {
+			t.Fatalf("term %d: unacknowledged appends failed after %v, want between %v and %v", term, el, ackTimeout, 10*ackTimeout)
+		}
+		// Acknowledgements flow again: the same connection appends, after the
+		// n messages that were stored without an ack.
+		setNoAck(channel, false)
+		id, err := w.Append(ctxFor(t), message.MutableMessage{Payload: []byte("acked again")})
+		if err != nil {
+			t.Fatalf("term %d: append after acks resumed: %v", term, err)
+		}
+		if id != first+n+1 {
+			t.Fatalf("term %d: append after acks resumed got id %d, want %d (after %d stored unacknowledged)", term, id, first+n+1, n)
+		}
 	}
 }
