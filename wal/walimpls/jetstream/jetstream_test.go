@@ -675,12 +675,44 @@ func TestLostAcksFailAfterAckTimeout(t *testing.T) {
 		}
 		setNoAck(channel, true)
 		const n = 50
+		ctx := ctxFor(t)
+		aa := w.(walimpls.AsyncAppender)
 		errs := make(chan error, n)
 		start := time.Now()
 		for i := 0; i < n; i++ {
-			w.(walimpls.AsyncAppender).AppendAsync(ctxFor(t), message.MutableMessage{Payload: []byte("lost")},
+			aa.AppendAsync(ctx, message.MutableMessage{Payload: []byte("lost")},
 				func(_ message.MessageID, err error) { errs <- err })
 		}
+		// Meanwhile another goroutine keeps appending, so the watchdog's
+		// CleanupPublisher races with publishes (this test runs under -race).
+		var (
+			stop, stopped = make(chan struct{}), make(chan struct{})
+			extra         sync.WaitGroup
+			extraSent     int
+			extraMu       sync.Mutex
+			extraBad      error
+		)
+		go func() {
+			defer close(stopped)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				extra.Add(1)
+				extraSent++
+				aa.AppendAsync(ctx, message.MutableMessage{Payload: []byte("lost too")}, func(_ message.MessageID, err error) {
+					if err == nil || !errors.Is(err, njs.ErrJetStreamPublisherClosed) {
+						extraMu.Lock()
+						extraBad = fmt.Errorf("concurrent append settled with %v, want an ack-timeout error", err)
+						extraMu.Unlock()
+					}
+					extra.Done()
+				})
+				time.Sleep(2 * time.Millisecond) // pacing only
+			}
+		}()
 		for i := 0; i < n; i++ {
 			select {
 			case err := <-errs:
@@ -699,15 +731,27 @@ func TestLostAcksFailAfterAckTimeout(t *testing.T) {
 		if el := time.Since(start); el < ackTimeout || el > 10*ackTimeout {
 			t.Fatalf("term %d: unacknowledged appends failed after %v, want between %v and %v", term, el, ackTimeout, 10*ackTimeout)
 		}
+		close(stop)
+		<-stopped
+		extraDone := make(chan struct{})
+		go func() { extra.Wait(); close(extraDone) }()
+		select {
+		case <-extraDone:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("term %d: concurrent appends still pending 10s after they stopped", term)
+		}
+		if extraBad != nil {
+			t.Fatalf("term %d: %v", term, extraBad)
+		}
 		// Acknowledgements flow again: the same connection appends, after the
-		// n messages that were stored without an ack.
+		// messages that were stored without an ack.
 		setNoAck(channel, false)
-		id, err := w.Append(ctxFor(t), message.MutableMessage{Payload: []byte("acked again")})
+		id, err := w.Append(ctx, message.MutableMessage{Payload: []byte("acked again")})
 		if err != nil {
 			t.Fatalf("term %d: append after acks resumed: %v", term, err)
 		}
-		if id != first+n+1 {
-			t.Fatalf("term %d: append after acks resumed got id %d, want %d (after %d stored unacknowledged)", term, id, first+n+1, n)
+		if want := first + message.MessageID(n+extraSent) + 1; id != want {
+			t.Fatalf("term %d: append after acks resumed got id %d, want %d (after %d+%d stored unacknowledged)", term, id, want, n, extraSent)
 		}
 	}
 }
