@@ -1,4 +1,6 @@
 # consumerd — see README.md. Every target works on a fresh Debian machine after `make deps`.
+SHELL        := /bin/bash
+.SHELLFLAGS  := -o pipefail -c
 GO        ?= go
 PKGS      ?= ./...
 DATA_DIR  ?= ./consumerd-data
