@@ -159,11 +159,29 @@ func TestFaults(t *testing.T) {
 		}
 	}
 	// Publish in small chunks from a background goroutine, so messages keep
-	// flowing while the faults below happen.
+	// flowing while the faults below happen. The corpus is cut into one
+	// segment per fault plus one; segment k+1 is published only once fault k
+	// has started, so every fault strikes while publishing is under way.
+	const nFaults = 6
+	segment := nChunks / (nFaults + 1)
+	faultStarted := make([]chan struct{}, nFaults)
+	for i := range faultStarted {
+		faultStarted[i] = make(chan struct{})
+	}
+	stopPublishing := make(chan struct{})
+	defer close(stopPublishing)
 	pubDone := make(chan error, 1)
 	go func() {
 		chunk := nLines / nChunks
 		for i := 0; i < nChunks; i++ {
+			if k := i/segment - 1; i%segment == 0 && k >= 0 && k < nFaults {
+				select {
+				case <-faultStarted[k]:
+				case <-stopPublishing:
+					pubDone <- fmt.Errorf("publishing stopped at chunk %d", i)
+					return
+				}
+			}
 			data := []byte(strings.Join(lines[i*chunk:(i+1)*chunk], "\n") + "\n")
 			if _, err := c.run(data, "publish", "--topic", "words"); err != nil {
 				pubDone <- fmt.Errorf("publishing chunk %d: %w", i, err)
@@ -216,12 +234,17 @@ func TestFaults(t *testing.T) {
 		func() { killRestart(primaries()[0]) },
 		zombie,
 	}
+	if len(faults) != nFaults {
+		t.Fatalf("%d faults, want nFaults=%d", len(faults), nFaults)
+	}
 	for i, f := range faults {
-		// Spread the faults over the publishing.
-		target := int64((i + 1) * nLines / (len(faults) + 2))
+		// Fault i strikes once segment i is published; segment i+1 follows
+		// while it is under way.
+		target := int64((i + 1) * segment * (nLines / nChunks))
 		waitFor(t, 60*time.Second, "publishing to progress", func() (bool, string) {
 			return published.Load() >= target, fmt.Sprintf("%d of %d lines published", published.Load(), target)
 		})
+		close(faultStarted[i])
 		f()
 		everyShardHasPrimary()
 	}
