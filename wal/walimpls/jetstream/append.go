@@ -19,11 +19,13 @@ import (
 
 // The append pipeline.
 //
-// Every append is published with PublishMsgAsync and settled by the
-// connection's ack handlers (opener.onAck / opener.onErr), which find the
-// append by its *nats.Msg. No goroutine waits per append:
+// Term-0 appends are published on core NATS and settled by the opener's own
+// reply subscription (fastappend.go), which calls the caller's callback
+// directly. A fenced writer's appends (term > 0) are published with
+// PublishMsgAsync and settled by the connection's ack handlers
+// (opener.onAck / opener.onErr), which find the append by its *nats.Msg. No
+// goroutine waits per append:
 //
-//   - term 0: the handler calls the caller's callback directly;
 //   - term > 0: the handler records the outcome on the append, and the WAL's
 //     run goroutine reports outcomes in call order and, when an append was
 //     rejected because the stream moved, resynchronises (resync).
@@ -34,8 +36,9 @@ type pending struct {
 	m     *nats.Msg
 	cb    func(message.MessageID, error)
 	msgID string // fenced writers: Nats-Msg-Id, stable across re-sends
-	tries int    // fenced writers: conflict re-sends so far
+	tries int    // fenced writers: conflict re-sends so far; term 0: no-responders re-sends (guarded by its fast shard's lock)
 	epoch uint64 // the opener's watchdog epoch when last published; guarded by its shard's lock
+	tok   uint64 // term 0: reply token (see fastappend.go)
 	fired atomic.Bool
 
 	mu      sync.Mutex // guards the outcome; never held while calling NATS
@@ -148,6 +151,8 @@ const epochRing = 64
 // concurrent publishes (nats.go serialises them on its publisher lock and
 // recreates the reply subscription on the next publish); a publish racing
 // with it may lose its acknowledgement, and then the next round fails it.
+// Term-0 appends (fastappend.go) are in the opener's own table: the watchdog
+// fails just the stale ones, with the same retryable error.
 func (o *opener) watch() {
 	defer close(o.watchDone)
 	t := time.NewTicker(max(o.cfg.AckTimeout/watchTicks, time.Millisecond))
@@ -161,6 +166,10 @@ func (o *opener) watch() {
 		}
 		now := o.epoch.Add(1)
 		began[now%epochRing] = time.Now() // read after the increment: never before the epoch began
+		if n := o.failFast(func(p *pending) bool { return o.isStale(p.epoch, now, &began) }, o.ackTimeoutErr); n > 0 {
+			o.log.Warn("term-0 appends unacknowledged after the ack timeout; failing them so they are retried",
+				"url", o.cfg.URL, "ack_timeout", o.cfg.AckTimeout, "stale", n)
+		}
 		if n := o.stale(now, &began); n > 0 {
 			o.log.Warn("appends unacknowledged after the ack timeout; failing every pending append of the connection so they are retried",
 				"url", o.cfg.URL, "ack_timeout", o.cfg.AckTimeout, "stale", n, "pending", o.js.PublishAsyncPending())
@@ -174,16 +183,11 @@ func (o *opener) watch() {
 // AckTimeout ago or earlier.
 func (o *opener) stale(now uint64, began *[epochRing]time.Time) int {
 	n := 0
-	t := began[now%epochRing]
 	for i := range o.pend {
 		sh := &o.pend[i]
 		sh.mu.Lock()
 		for _, p := range sh.m {
-			next := p.epoch + 1
-			switch {
-			case next > now:
-				// published in the current epoch
-			case now-next >= epochRing-1 || t.Sub(began[next%epochRing]) >= o.cfg.AckTimeout:
+			if o.isStale(p.epoch, now, began) {
 				n++
 			}
 		}
@@ -192,8 +196,23 @@ func (o *opener) stale(now uint64, began *[epochRing]time.Time) int {
 	return n
 }
 
+// isStale reports whether an append published in epoch e has waited at least
+// AckTimeout at the start of epoch now.
+func (o *opener) isStale(e, now uint64, began *[epochRing]time.Time) bool {
+	next := e + 1
+	switch {
+	case next > now:
+		return false // published in the current epoch
+	case now-next >= epochRing-1:
+		return true
+	default:
+		return began[now%epochRing].Sub(began[next%epochRing]) >= o.cfg.AckTimeout
+	}
+}
+
 // failPending settles every append of w still waiting for an ack with err.
 func (o *opener) failPending(w *walImpl, err error) {
+	o.failFast(func(p *pending) bool { return p.w == w }, func(*pending) error { return err })
 	var ps []*pending
 	for i := range o.pend {
 		sh := &o.pend[i]
@@ -278,7 +297,7 @@ func (w *walImpl) AppendAsync(ctx context.Context, msg message.MutableMessage, c
 	if w.term == 0 {
 		w.inflight.Add(1)
 		w.mu.Unlock()
-		if err := w.publish(ctx, p); err != nil {
+		if err := w.publishFast(ctx, p); err != nil {
 			w.finish(p, 0, err)
 		}
 		return

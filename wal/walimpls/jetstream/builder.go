@@ -46,11 +46,6 @@ func (b *Builder) Build() (walimpls.OpenerImpls, error) {
 		nats.Timeout(cfg.ConnectTimeout),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250*time.Millisecond),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil {
-				log.Warn("disconnected from NATS", "url", cfg.URL, "error", err)
-			}
-		}),
 		nats.ReconnectHandler(func(c *nats.Conn) {
 			maxPayload.Store(c.MaxPayload()) // the new server's limit
 			log.Info("reconnected to NATS", "url", c.ConnectedUrl())
@@ -65,6 +60,20 @@ func (b *Builder) Build() (walimpls.OpenerImpls, error) {
 	maxPayload.Store(nc.MaxPayload())
 	o := &opener{cfg: cfg, nc: nc, log: log, wals: map[*walImpl]struct{}{}, maxPayload: &maxPayload,
 		stopWatch: make(chan struct{}), watchDone: make(chan struct{})}
+	if err := o.startFast(); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	// A disconnect loses the acknowledgements of term-0 appends in flight:
+	// fail them (retryably) at once rather than at the ack timeout.
+	nc.SetDisconnectErrHandler(func(_ *nats.Conn, err error) {
+		if err != nil {
+			log.Warn("disconnected from NATS", "url", cfg.URL, "error", err)
+		}
+		o.failFast(func(*pending) bool { return true }, func(p *pending) error {
+			return fmt.Errorf("jetstream: append to channel %q on %s: %w", p.w.n.channel, cfg.URL, nats.ErrDisconnected)
+		})
+	})
 	for i := range o.pend {
 		o.pend[i].m = map[*nats.Msg]*pending{}
 	}
@@ -107,6 +116,8 @@ type opener struct {
 	// pend maps each published, unacknowledged message to its append, for
 	// the ack handlers.
 	pend [pendShards]pendShard
+	// fast publishes term-0 appends on core NATS (see fastappend.go).
+	fast fastPub
 	// maxPayload caches the server's max_payload (refreshed on reconnect),
 	// read on every append without taking the connection's lock.
 	maxPayload *atomic.Int64

@@ -755,3 +755,72 @@ func TestLostAcksFailAfterAckTimeout(t *testing.T) {
 		}
 	}
 }
+
+// Term-0 appends in flight per connection are bounded by MaxPending: with
+// the stream sending no acks, the append after MaxPending blocks in
+// AppendAsync until its context ends; once the watchdog has failed the
+// unacknowledged ones, slots are free again.
+func TestTermZeroBackpressure(t *testing.T) {
+	url := natstest.Start(t)
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := njs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const maxPending = 3
+	prefix := freshPrefix()
+	o := buildOpener(t, jetstream.Config{URL: url, Prefix: prefix, MaxPending: maxPending, AckTimeout: 500 * time.Millisecond})
+	w := openWAL(t, o, "bp", 0)
+	tok, err := jetstream.EscapeChannel("bp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	setNoAck := func(noAck bool) {
+		t.Helper()
+		st, err := js.Stream(ctxFor(t), prefix+"_"+tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := st.CachedInfo().Config
+		cfg.NoAck = noAck
+		if _, err := js.UpdateStream(ctxFor(t), cfg); err != nil {
+			t.Fatalf("set NoAck=%v: %v", noAck, err)
+		}
+	}
+	setNoAck(true)
+	aa := w.(walimpls.AsyncAppender)
+	errs := make(chan error, maxPending)
+	for i := 0; i < maxPending; i++ {
+		aa.AppendAsync(ctxFor(t), message.MutableMessage{Payload: []byte("unacked")}, func(_ message.MessageID, err error) { errs <- err })
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+	defer cancel()
+	blocked := make(chan error, 1)
+	aa.AppendAsync(ctx, message.MutableMessage{Payload: []byte("blocked")}, func(_ message.MessageID, err error) { blocked <- err })
+	select {
+	case err := <-blocked:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("append beyond MaxPending: %v, want it to block until its context deadline", err)
+		}
+	default:
+		t.Fatal("append beyond MaxPending returned without settling")
+	}
+	for i := 0; i < maxPending; i++ {
+		select {
+		case err := <-errs:
+			if !walimpls.IsRetryable(err) || !strings.Contains(err.Error(), "ack timeout") {
+				t.Fatalf("unacknowledged append %d: %v, want a retryable ack-timeout error", i, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d unacknowledged appends still pending after 10s", maxPending-i)
+		}
+	}
+	setNoAck(false)
+	if _, err := w.Append(ctxFor(t), message.MutableMessage{Payload: []byte("acked")}); err != nil {
+		t.Fatalf("append after the slots were freed: %v", err)
+	}
+}
