@@ -130,7 +130,12 @@ func (s *scanner) keep(m *message.ImmutableMessage) bool {
 }
 
 func (s *scanner) run() {
-	err := s.loop()
+	var err error
+	if s.out != nil {
+		err = s.forward()
+	} else {
+		err = s.loop()
+	}
 	s.impl.Close()
 	s.handler.Close()
 	s.mu.Lock()
@@ -183,6 +188,34 @@ func (s *scanner) loop() error {
 		}
 		if res.Error != nil {
 			return res.Error
+		}
+	}
+}
+
+// forward is loop specialised to the default ChanMessageHandler (s.out): the
+// same protocol — take a message, filter it, send it, all cut short by ctx —
+// without a HandleParam/HandleResult round and a heap copy per message, so a
+// Chan reader runs close to the backend's own rate.
+func (s *scanner) forward() error {
+	up := s.impl.Chan()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return s.ctx.Err()
+		case msg, ok := <-up:
+			if !ok {
+				return ErrUpstreamClosed
+			}
+			if !s.keep(&msg) {
+				s.filtered.Inc()
+				continue
+			}
+			select {
+			case s.out <- msg:
+				s.delivered.Inc()
+			case <-s.ctx.Done():
+				return s.ctx.Err()
+			}
 		}
 	}
 }
