@@ -75,7 +75,7 @@ func (c *clientFlags) snapshot(ctx context.Context) (*clientv3.Client, allocator
 	return cli, snap, nil
 }
 
-func dialEtcd(ctx context.Context, endpoints []string, log hclog.Logger) (*clientv3.Client, error) {
+func dialEtcd(ctx context.Context, endpoints []string) (*clientv3.Client, error) {
 	return dialEtcdTimeout(ctx, endpoints, 10*time.Second)
 }
 

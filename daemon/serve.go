@@ -127,7 +127,7 @@ func Serve(ctx context.Context, cfg ServeConfig, app shard.App, apps map[string]
 		endpoints = es.Endpoints()
 		log.Info("embedded etcd started", "client_url", cfg.EmbeddedEtcdClientURL, "dir", dir)
 	}
-	client, err := dialEtcd(ctx, endpoints, log)
+	client, err := dialEtcd(ctx, endpoints)
 	if err != nil {
 		return err
 	}

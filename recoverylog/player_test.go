@@ -409,8 +409,7 @@ func TestConcurrentPipelinedCommits(t *testing.T) {
 	})
 	const workers, per = 4, 25
 	type result struct {
-		c   *Commit
-		err error
+		c *Commit
 	}
 	results := make(chan result, workers*per)
 	for w := 0; w < workers; w++ {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -24,7 +23,6 @@ import (
 	"github.com/consumerd/consumerd/wal"
 	"github.com/consumerd/consumerd/wal/message"
 	"github.com/consumerd/consumerd/wal/walimpls"
-	walimplsjs "github.com/consumerd/consumerd/wal/walimpls/jetstream"
 	"github.com/consumerd/consumerd/wal/walimpls/memory"
 )
 
@@ -143,10 +141,6 @@ func newEnvStore(t testing.TB, store snapshot.Store, backend walimpls.OpenerBuil
 		opener.Close()
 	})
 	return e
-}
-
-func jetstreamBackend(t testing.TB) walimpls.OpenerBuilderImpls {
-	return walimplsjs.NewBuilder(walimplsjs.Config{URL: natstest.Start(t)})
 }
 
 func openDB(t testing.TB, dir string) *grocksdb.DB {
@@ -295,14 +289,4 @@ func storeObjects(t testing.TB, st snapshot.Store, shard string) map[string]int6
 		out[o.Name] = o.Size
 	}
 	return out
-}
-
-// readFile is os.ReadFile failing the test.
-func readFile(t testing.TB, p string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }

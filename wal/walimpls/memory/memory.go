@@ -231,7 +231,6 @@ type wal struct {
 	closed    chan struct{}
 	mu        sync.Mutex
 	scanners  map[*scanner]struct{}
-	fenced    bool
 }
 
 func (w *wal) WALName() string { return Name }
