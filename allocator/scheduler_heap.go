@@ -1,5 +1,8 @@
 package allocator
 
+// This file holds mheap, the indexed heap the solver keeps members in (per
+// zone receivers with room; donors while balancing).
+
 // mheap is an indexed binary heap of member indices ordered by key (load),
 // ties by index; a min-heap unless max.
 type mheap struct {

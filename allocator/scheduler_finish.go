@@ -1,0 +1,69 @@
+package allocator
+
+// This file holds the last phase of Solve: choosing each item's primary and
+// building the Solution.
+
+// finish orders each item's replicas (primary first) and builds the Solution.
+func (s *solver) finish() *Solution {
+	sol := &Solution{
+		Desired: make([][]int32, len(s.items)),
+		Load:    make([]int, len(s.members)),
+	}
+	prim := make([]int32, len(s.members)) // primaries chosen so far
+	for i := range s.items {
+		n := s.cnt[i]
+		base := s.off[i]
+		p := int32(-1)
+		for _, r := range s.items[i].Current {
+			if r.Slot != 0 || !s.validCurrent(r) {
+				continue
+			}
+			for k := int32(0); k < n && p < 0; k++ {
+				if s.flat[base+k] == int32(r.Member) {
+					p = k
+				}
+			}
+		}
+		for k := int32(0); k < n && p < 0; k++ {
+			if f := s.flags[base+k]; f&flagKept != 0 && f&flagConsistent != 0 {
+				p = k
+			}
+		}
+		for k := int32(0); k < n && p < 0; k++ {
+			if f := s.flags[base+k]; f&flagKept != 0 && f&flagPinned == 0 {
+				p = k
+			}
+		}
+		// Only new replicas: the one on the member with the fewest
+		// primaries so far, so primaries spread over members. Never a
+		// FAILED replica.
+		if p < 0 {
+			for k := int32(0); k < n; k++ {
+				if s.flags[base+k]&flagPinned != 0 {
+					continue
+				}
+				if p < 0 || prim[s.flat[base+k]] < prim[s.flat[base+p]] {
+					p = k
+				}
+			}
+		}
+		if p >= 0 {
+			prim[s.flat[base+p]]++
+		}
+		if p > 0 {
+			m, f := s.flat[base+p], s.flags[base+p]
+			copy(s.flat[base+1:base+p+1], s.flat[base:base+p])
+			copy(s.flags[base+1:base+p+1], s.flags[base:base+p])
+			s.flat[base], s.flags[base] = m, f
+		}
+		sol.Desired[i] = s.flat[base : base+n : base+n]
+		sol.Slots += int(n)
+		if want := s.items[i].Replication; int(n) < want {
+			sol.Shortfall = append(sol.Shortfall, Shortfall{Item: i, Want: want, Got: int(n)})
+		}
+	}
+	for m := range s.members {
+		sol.Load[m] = int(s.load[m])
+	}
+	return sol
+}
