@@ -88,3 +88,13 @@ func (h *mheap) fix(m int32) {
 		h.up(i)
 	}
 }
+
+// pushOrFix adds m, or restores its place after its key changed if it is in
+// the heap already.
+func (h *mheap) pushOrFix(m int32) {
+	if h.pos[m] >= 0 {
+		h.fix(m)
+	} else {
+		h.push(m)
+	}
+}

@@ -99,6 +99,17 @@ func (s *solver) holds(i int, m int32) bool {
 	return false
 }
 
+// entryOf returns the index of member m's entry among item i's entries, or -1.
+func (s *solver) entryOf(i int, m int32) int32 {
+	k := int32(-1)
+	for kk, x := range s.entries(i) {
+		if x == m {
+			k = int32(kk)
+		}
+	}
+	return k
+}
+
 func (s *solver) validCurrent(r SchedReplica) bool {
 	return r.Member >= 0 && r.Member < len(s.members) && !s.members[r.Member].Exiting
 }
