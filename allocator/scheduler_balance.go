@@ -7,78 +7,94 @@ package allocator
 // fewer replicas has a member with room.
 func (s *solver) spread() (moves int) {
 	if s.zeff < 2 {
-		return 0
+		return 0 // one usable zone: nothing to spread over
 	}
 	for i := range s.items {
 		if s.cnt[i] < 2 {
 			continue
 		}
+		// Each move takes a replica from the item's fullest zone to one with
+		// at least two fewer; the guard bounds the moves per item.
 		for guard := 0; guard < int(s.cnt[i]); guard++ {
-			s.zoneCounts(i)
-			hi, lo := -1, -1
-			for z := 0; z < s.nz; z++ {
-				if hi < 0 || s.zc[z] > s.zc[hi] {
-					hi = z
-				}
-			}
-			// The target zone: fewest replicas among zones with a candidate.
-			var target int32 = -1
-			for z := 0; z < s.nz; z++ {
-				if s.zc[z]+2 > s.zc[hi] {
-					continue
-				}
-				m, ok := s.bestIn(z, i)
-				if !ok {
-					continue
-				}
-				if lo < 0 || s.zc[z] < s.zc[lo] || (s.zc[z] == s.zc[lo] && s.load[m] < s.load[target]) {
-					lo, target = z, m
-				}
-			}
+			hi, target := s.spreadTarget(i)
 			if target < 0 {
 				break
 			}
-			// Move the best candidate out of zone hi: not pinned, standby
-			// before primary, most loaded member first.
-			var bk int32 = -1
-			for k := int32(0); k < s.cnt[i]; k++ {
-				e := s.off[i] + k
-				m := s.flat[e]
-				if int(s.zoneOf[m]) != hi || s.flags[e]&flagPinned != 0 {
-					continue
-				}
-				if bk < 0 {
-					bk = k
-					continue
-				}
-				be := s.off[i] + bk
-				// Prefer replicas placed by this solve, then standbys.
-				nb, nk := s.flags[be]&flagKept == 0, s.flags[e]&flagKept == 0
-				if nb != nk {
-					if nk {
-						bk = k
-					}
-					continue
-				}
-				pb, pk := s.flags[be]&flagPrimary != 0, s.flags[e]&flagPrimary != 0
-				if pb != pk {
-					if pb {
-						bk = k
-					}
-					continue
-				}
-				if s.load[m] > s.load[s.flat[be]] {
-					bk = k
-				}
-			}
-			if bk < 0 {
+			k := s.spreadSource(i, hi)
+			if k < 0 {
 				break
 			}
-			s.moveEntry(i, bk, target)
+			s.moveEntry(i, k, target)
 			moves++
 		}
 	}
 	return moves
+}
+
+// spreadTarget returns item i's fullest zone hi and the member to move one
+// of its replicas to: the least-loaded member with room in the zone with the
+// fewest replicas, among zones with at least two fewer than hi; -1 if none.
+func (s *solver) spreadTarget(i int) (hi int, target int32) {
+	s.zoneCounts(i)
+	hi = -1
+	for z := 0; z < s.nz; z++ {
+		if hi < 0 || s.zc[z] > s.zc[hi] {
+			hi = z
+		}
+	}
+	lo := -1
+	target = -1
+	for z := 0; z < s.nz; z++ {
+		if s.zc[z]+2 > s.zc[hi] {
+			continue
+		}
+		m, ok := s.bestIn(z, i)
+		if !ok {
+			continue
+		}
+		if lo < 0 || s.zc[z] < s.zc[lo] || (s.zc[z] == s.zc[lo] && s.load[m] < s.load[target]) {
+			lo, target = z, m
+		}
+	}
+	return hi, target
+}
+
+// spreadSource returns the entry of item i to move out of zone hi, or -1:
+// not pinned; replicas placed by this solve before kept ones (moving those
+// costs no extra move), standbys before primaries (no promotion needed),
+// then the most loaded member.
+func (s *solver) spreadSource(i int, hi int) int32 {
+	var bk int32 = -1
+	for k := int32(0); k < s.cnt[i]; k++ {
+		e := s.off[i] + k
+		m := s.flat[e]
+		if int(s.zoneOf[m]) != hi || s.flags[e]&flagPinned != 0 {
+			continue
+		}
+		if bk < 0 {
+			bk = k
+			continue
+		}
+		be := s.off[i] + bk
+		nb, nk := s.flags[be]&flagKept == 0, s.flags[e]&flagKept == 0
+		if nb != nk {
+			if nk {
+				bk = k
+			}
+			continue
+		}
+		pb, pk := s.flags[be]&flagPrimary != 0, s.flags[e]&flagPrimary != 0
+		if pb != pk {
+			if pb {
+				bk = k
+			}
+			continue
+		}
+		if s.load[m] > s.load[s.flat[be]] {
+			bk = k
+		}
+	}
+	return bk
 }
 
 // balance moves replicas from the most loaded members to members with at
