@@ -18,40 +18,41 @@ func (s *solver) fill(only []int32) (short []int32) {
 			i = int(only[x])
 		}
 		for s.cnt[i] < s.want[i] {
-			s.zoneCounts(i)
-			var bm int32 = -1
-			var bz int32
-			// Ties go to the zone with the lowest hash of (item, zone), so
-			// items' zone combinations are spread evenly (a lost member's
-			// replicas then have every zone to go to).
-			var bh uint32
-			for z := 0; z < s.nz; z++ {
-				m, ok := s.bestIn(z, i)
-				if !ok {
-					continue
-				}
-				h := mix32(uint32(i)*0x9E3779B1 ^ uint32(z)*0x85EBCA77 ^ uint32(s.cnt[i]))
-				if bm < 0 || s.zc[z] < s.zc[bz] || (s.zc[z] == s.zc[bz] && (s.load[m] < s.load[bm] || (s.load[m] == s.load[bm] && h < bh))) {
-					bm, bz, bh = m, int32(z), h
-				}
-			}
-			if bm < 0 {
+			m := s.fillTarget(i)
+			if m < 0 {
 				break
 			}
-			s.flat[s.off[i]+s.cnt[i]] = bm
-			s.flags[s.off[i]+s.cnt[i]] = 0
-			s.cnt[i]++
-			s.addLoad(bm, 1)
-			s.placed++
-			if s.memItems != nil {
-				s.memItems[bm] = append(s.memItems[bm], int32(i))
-			}
+			s.place(i, m)
 		}
 		if s.cnt[i] < s.want[i] {
 			short = append(short, int32(i))
 		}
 	}
 	return short
+}
+
+// fillTarget returns the member for item i's next replica, or -1 when no
+// member with room lacks it: the least-loaded candidate of a zone with the
+// fewest of i's replicas.
+func (s *solver) fillTarget(i int) int32 {
+	s.zoneCounts(i)
+	var bm int32 = -1
+	var bz int32
+	// Ties go to the zone with the lowest hash of (item, zone), so
+	// items' zone combinations are spread evenly (a lost member's
+	// replicas then have every zone to go to).
+	var bh uint32
+	for z := 0; z < s.nz; z++ {
+		m, ok := s.bestIn(z, i)
+		if !ok {
+			continue
+		}
+		h := mix32(uint32(i)*0x9E3779B1 ^ uint32(z)*0x85EBCA77 ^ uint32(s.cnt[i]))
+		if bm < 0 || s.zc[z] < s.zc[bz] || (s.zc[z] == s.zc[bz] && (s.load[m] < s.load[bm] || (s.load[m] == s.load[bm] && h < bh))) {
+			bm, bz, bh = m, int32(z), h
+		}
+	}
+	return bm
 }
 
 // augment places replicas of short items that fill could not place because
@@ -72,6 +73,9 @@ func (s *solver) augment(short []int32) (still []int32) {
 	return still
 }
 
+// augmentOne tries one augmenting move for item i over the members that
+// have room now. Non-primaries move first: moving a primary costs its item
+// a promotion.
 func (s *solver) augmentOne(i int, room *[]int32, budget *int) bool {
 	*room = (*room)[:0]
 	for _, h := range s.recv {
@@ -88,6 +92,10 @@ func (s *solver) augmentOne(i int, room *[]int32, budget *int) bool {
 	return false
 }
 
+// augmentPass looks for a member a with room, a member b not holding i, and
+// an item j on b that may move to a (a lacks j, the replica is not pinned, is
+// a primary exactly when primaries, and the move keeps j's zone spread);
+// it moves j's replica from b to a and places i on b.
 func (s *solver) augmentPass(i int, room []int32, budget *int, primaries bool) bool {
 	for _, a := range room {
 		za := s.zoneOf[a]
@@ -106,12 +114,7 @@ func (s *solver) augmentPass(i int, room []int32, budget *int, primaries bool) b
 				if j == i || s.holds(j, a) {
 					continue
 				}
-				k := int32(-1)
-				for kk, m := range s.entries(j) {
-					if m == b32 {
-						k = int32(kk)
-					}
-				}
+				k := s.entryOf(j, b32)
 				if k < 0 || s.flags[s.off[j]+k]&flagPinned != 0 {
 					continue
 				}
@@ -124,12 +127,7 @@ func (s *solver) augmentPass(i int, room []int32, budget *int, primaries bool) b
 				}
 				s.moveEntry(j, k, a)
 				s.dropListEntry(b32, int32(idx))
-				s.flat[s.off[i]+s.cnt[i]] = b32
-				s.flags[s.off[i]+s.cnt[i]] = 0
-				s.cnt[i]++
-				s.addLoad(b32, 1)
-				s.placed++
-				s.memItems[b] = append(s.memItems[b], int32(i))
+				s.place(i, b32)
 				return true
 			}
 		}

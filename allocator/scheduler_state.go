@@ -204,6 +204,19 @@ func (s *solver) buildMemberItems() {
 	}
 }
 
+// place appends member m as a new entry of item i (placed by this solve).
+func (s *solver) place(i int, m int32) {
+	s.flat[s.off[i]+s.cnt[i]] = m
+	s.flags[s.off[i]+s.cnt[i]] = 0
+	s.cnt[i]++
+	s.addLoad(m, 1)
+	s.placed++
+	// Before buildMemberItems (the first fill) there are no lists to keep.
+	if s.memItems != nil {
+		s.memItems[m] = append(s.memItems[m], int32(i))
+	}
+}
+
 // moveEntry replaces entry k of item i (held by member from) by member to.
 func (s *solver) moveEntry(i int, k int32, to int32) {
 	e := s.off[i] + k
