@@ -4,31 +4,41 @@ package allocator
 // that keep its parts (entries, loads, receiver heaps, member item lists)
 // consistent with each other; the phases change state only through them.
 
+// solver is the state of one Solve. Members and zones are dense indices.
+// Each item's entries (its desired replicas so far, member indices) live in
+// one flat array, so a million items cost a few allocations, not a million.
 type solver struct {
 	members []SchedMember
 	items   []SchedItem
 
-	nz     int
-	zoneOf []int32
-	active []bool
-	limit  []int32
-	load   []int32
-	zeff   int // zones with at least one active member
+	nz     int     // zones
+	zoneOf []int32 // per member: its zone
+	active []bool  // per member: may receive replicas (not exiting, limit > 0)
+	limit  []int32 // per member: Limit, clamped to [0, 1<<30]
+	load   []int32 // per member: entries it holds
+	zeff   int     // zones with at least one active member
 
+	// Item i's entries are flat[off[i] : off[i]+cnt[i]], with flags[e]
+	// (flagPinned...) per entry e; off leaves room for max(want, current).
 	off   []int32
 	cnt   []int32
-	want  []int32
+	want  []int32 // per item: Replication, clamped to [0, members]
 	flat  []int32
 	flags []uint8
 
-	recv     []*mheap // per zone: active members with load < limit
-	recvPos  []int32
+	recv    []*mheap // per zone: active members with load < limit
+	recvPos []int32  // per member: its position in its zone's recv heap, or -1
+	// memItems lists, per member, the items it holds (built after the first
+	// fill). Entries moved away stay until a scan meets them and skips or
+	// drops them.
 	memItems [][]int32
 	zc       []int32 // scratch zone counts
-	scratch  []int32
-	placed   int
+	scratch  []int32 // scratch for bestIn
+	placed   int     // entries placed by fill and augment
 }
 
+// newSolver indexes members' zones, clamps limits and replication, and lays
+// out each item's entries; it places nothing.
 func newSolver(members []SchedMember, items []SchedItem) *solver {
 	s := &solver{members: members, items: items}
 	nm := len(members)
@@ -88,8 +98,10 @@ func newSolver(members []SchedMember, items []SchedItem) *solver {
 	return s
 }
 
+// entries returns item i's entries (member indices).
 func (s *solver) entries(i int) []int32 { return s.flat[s.off[i] : s.off[i]+s.cnt[i]] }
 
+// holds reports whether member m holds item i.
 func (s *solver) holds(i int, m int32) bool {
 	for _, x := range s.entries(i) {
 		if x == m {
@@ -110,6 +122,8 @@ func (s *solver) entryOf(i int, m int32) int32 {
 	return k
 }
 
+// validCurrent reports whether a current replica may be kept: its member
+// exists and is not exiting.
 func (s *solver) validCurrent(r SchedReplica) bool {
 	return r.Member >= 0 && r.Member < len(s.members) && !s.members[r.Member].Exiting
 }
@@ -123,6 +137,8 @@ func (s *solver) removeEntry(i int, k int32) {
 	s.cnt[i]--
 }
 
+// buildReceivers puts every active member with room in its zone's heap,
+// once keep and shed settled the loads.
 func (s *solver) buildReceivers() {
 	s.recvPos = make([]int32, len(s.members))
 	for m := range s.recvPos {
@@ -168,6 +184,8 @@ func (s *solver) bestIn(z int, i int) (int32, bool) {
 	return found, found >= 0
 }
 
+// addLoad changes member m's load by d and keeps its zone's receiver heap
+// in step: m is in it exactly while it is active and below its limit.
 func (s *solver) addLoad(m int32, d int32) {
 	s.load[m] += d
 	z := s.zoneOf[m]
@@ -183,6 +201,7 @@ func (s *solver) addLoad(m int32, d int32) {
 	}
 }
 
+// zoneCounts sets s.zc to item i's entries per zone.
 func (s *solver) zoneCounts(i int) {
 	for z := range s.zc {
 		s.zc[z] = 0
@@ -192,6 +211,8 @@ func (s *solver) zoneCounts(i int) {
 	}
 }
 
+// buildMemberItems builds the per-member item lists that augment and
+// balance scan.
 func (s *solver) buildMemberItems() {
 	s.memItems = make([][]int32, len(s.members))
 	for m := range s.memItems {
