@@ -1,0 +1,419 @@
+package allocator
+
+// This file holds the converge planner: pure functions from a snapshot to
+// guarded etcd operation groups and transactions. It builds clientv3 ops and
+// compares but sends nothing; converge.go executes the plans.
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// MaxTxnOps bounds the operations (and, separately, the compares) of one
+// converge transaction: etcd's default --max-txn-ops.
+const MaxTxnOps = 128
+
+// opGroup is a set of guarded operations that must commit atomically (e.g. a
+// promotion: new slot-0 key, old standby key and old primary key together).
+type opGroup struct {
+	cmps                      []clientv3.Cmp
+	ops                       []clientv3.Op
+	adds, removes, promotions int
+	desc                      string
+}
+
+// plannedTxn is one transaction of a converge round.
+type plannedTxn struct {
+	cmps                      []clientv3.Cmp
+	ops                       []clientv3.Op
+	adds, removes, promotions int
+	descs                     []string
+}
+
+// convergePlan is the result of planning one round.
+type convergePlan struct {
+	groups    []opGroup
+	desired   map[string][]string // item -> "zone/member" desired (primary first)
+	slots     int                 // sum of desired replication
+	shortfall []string            // "item (got/want)"
+	deferred  int                 // adds held back by member limits
+	// deferredItems and deferredMembers are the item and member indices of
+	// deferred adds.
+	deferredItems, deferredMembers map[int]bool
+	solveTime                      time.Duration
+}
+
+// scheduleInput converts a snapshot into the scheduler's input. Assignments
+// whose item or member is gone are returned separately as orphans.
+func scheduleInput(snap Snapshot) (members []SchedMember, items []SchedItem, perItem [][]Assignment, orphans []Assignment) {
+	memberIdx := make(map[string]int, len(snap.Members))
+	members = make([]SchedMember, len(snap.Members))
+	for i, m := range snap.Members {
+		members[i] = SchedMember{Zone: m.Zone, ID: m.ID, Limit: m.Spec.ItemLimit, Exiting: m.Spec.Exiting}
+		memberIdx[m.Key()] = i
+	}
+	ids := make([]string, 0, len(snap.Items))
+	for id := range snap.Items {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	itemIdx := make(map[string]int, len(ids))
+	items = make([]SchedItem, len(ids))
+	perItem = make([][]Assignment, len(ids))
+	for i, id := range ids {
+		r := 0 // an item without a decoded value wants nothing
+		if it := snap.Items[id].Item; it != nil {
+			r = it.DesiredReplication()
+		}
+		items[i] = SchedItem{ID: id, Replication: r}
+		itemIdx[id] = i
+	}
+	for _, a := range snap.Assignments {
+		i, ok := itemIdx[a.Item]
+		m, mok := memberIdx[a.Zone+"/"+a.Member]
+		if !ok || !mok {
+			orphans = append(orphans, a)
+			continue
+		}
+		perItem[i] = append(perItem[i], a)
+		items[i].Current = append(items[i].Current, SchedReplica{Member: m, Slot: a.Slot, State: a.Status.State})
+	}
+	return members, items, perItem, orphans
+}
+
+// planConverge is the pure part of a converge round: it solves the schedule
+// for snap and returns the guarded operation groups that move the keyspace
+// towards it, make-before-break:
+//   - missing replicas are added first (IDLE, under the assigned member's
+//     lease, guarded by CreateRevision==0 and the member key's ModRevision);
+//   - a replica is removed only while the item keeps its desired number of
+//     consistent (STANDBY/PRIMARY) replicas, counting what this round removes;
+//   - a primary moves by promoting its successor (a consistent standby, or any
+//     replica when there is no primary) to slot 0 in one group with the removal
+//     (or demotion to a standby slot) of the old primary; the new slot-0 key has
+//     a new CreateRevision, the new primary's term;
+//   - assignments whose item or member is gone are deleted;
+//   - FAILED replicas are kept (the scheduler pins them) until an operator
+//     unassigns them or their member exits.
+//
+// Every delete is guarded by the key's ModRevision.
+func planConverge(snap Snapshot, prefix string) convergePlan {
+	members, items, perItem, orphans := scheduleInput(snap)
+	start := time.Now()
+	sol := Solve(members, items)
+	solveTime := time.Since(start)
+	plan := planFromSolution(snap, prefix, members, items, perItem, orphans, sol)
+	plan.solveTime = solveTime
+	return plan
+}
+
+// planFromSolution plans the groups for a given solution (see planConverge).
+func planFromSolution(snap Snapshot, prefix string, members []SchedMember, items []SchedItem, perItem [][]Assignment, orphans []Assignment, sol *Solution) convergePlan {
+	plan := planGroups(snap, prefix, members, items, perItem, orphans, sol, nil)
+	if plan.deferred > 0 {
+		// A full member with a deferred add normally frees room once a
+		// replica it gives up is replaced elsewhere. When every replica it
+		// gives up belongs to an item whose own replacement is deferred (e.g.
+		// two full members swapping items), waiting would never end: let that
+		// member overshoot its limit for the handoff.
+		memberIdx := snap.memberIndex()
+		frees := make([]bool, len(members))
+		for i, as := range perItem {
+			if plan.deferredItems[i] {
+				continue
+			}
+			for _, a := range as {
+				mi := memberIdx[a.Zone+"/"+a.Member]
+				desired := false
+				for _, m := range sol.Desired[i] {
+					if int(m) == mi {
+						desired = true
+					}
+				}
+				if !desired {
+					frees[mi] = true
+				}
+			}
+		}
+		allow := make([]bool, len(members))
+		stuck := false
+		for mi := range plan.deferredMembers {
+			if !frees[mi] {
+				allow[mi], stuck = true, true
+			}
+		}
+		if stuck {
+			plan = planGroups(snap, prefix, members, items, perItem, orphans, sol, allow)
+		}
+	}
+	return plan
+}
+
+// planGroups turns a solution into operation groups. An add to a member whose
+// current assignments already reach its limit is deferred (counted in
+// plan.deferred) unless overshoot: such a member first loses the replicas
+// it is to give up, so limits hold during make-before-break too.
+func planGroups(snap Snapshot, prefix string, members []SchedMember, items []SchedItem, perItem [][]Assignment, orphans []Assignment, sol *Solution, overshoot []bool) convergePlan {
+	prefix = cleanPrefix(prefix)
+	plan := convergePlan{desired: make(map[string][]string, len(items)),
+		deferredItems: map[int]bool{}, deferredMembers: map[int]bool{}}
+	memberIdx := snap.memberIndex()
+	held := make([]int, len(members))
+	for _, as := range perItem {
+		for _, a := range as {
+			held[memberIdx[a.Zone+"/"+a.Member]]++
+		}
+	}
+
+	memberCmp := func(mi int) clientv3.Cmp {
+		m := snap.Members[mi]
+		return clientv3.Compare(clientv3.ModRevision(MemberKey(prefix, m.Zone, m.ID)), "=", m.ModRevision)
+	}
+	modCmp := func(a Assignment) clientv3.Cmp {
+		return clientv3.Compare(clientv3.ModRevision(AssignmentKey(prefix, a)), "=", a.ModRevision)
+	}
+	del := func(a Assignment) clientv3.Op { return clientv3.OpDelete(AssignmentKey(prefix, a)) }
+	put := func(mi int, a Assignment, st ReplicaStatus) (clientv3.Cmp, clientv3.Op) {
+		key := AssignmentKey(prefix, a)
+		val, _ := json.Marshal(st)
+		return clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
+			clientv3.OpPut(key, string(val), clientv3.WithLease(clientv3.LeaseID(snap.Members[mi].Lease)))
+	}
+	name := func(a Assignment) string { return a.Item + "/" + a.Zone + "/" + a.Member + "/" + strconv.Itoa(a.Slot) }
+
+	for _, a := range orphans {
+		plan.groups = append(plan.groups, opGroup{
+			cmps: []clientv3.Cmp{modCmp(a)}, ops: []clientv3.Op{del(a)}, removes: 1,
+			desc: "cleanup " + name(a),
+		})
+	}
+
+	taken := map[string][]int{} // item -> slots of undecodable keys
+	for _, a := range snap.Undecodable {
+		taken[a.Item] = append(taken[a.Item], a.Slot)
+	}
+	for i, it := range items {
+		d := sol.Desired[i]
+		want := it.Replication
+		plan.slots += want
+		if int(len(d)) < want {
+			plan.shortfall = append(plan.shortfall, fmt.Sprintf("%s (%d/%d)", it.ID, len(d), want))
+		}
+		names := make([]string, len(d))
+		inD := make(map[int]int, len(d))
+		for k, m := range d {
+			names[k] = snap.Members[m].Key()
+			inD[int(m)] = k
+		}
+		plan.desired[it.ID] = names
+		target := min(want, len(d))
+
+		// Current state: one assignment per member (extra keys of the same
+		// member are removed), the primary, free slots, consistent count.
+		cur := map[int]Assignment{}
+		usedSlots := map[int]bool{}
+		for _, slot := range taken[it.ID] {
+			usedSlots[slot] = true
+		}
+		var primary *Assignment
+		consistent := 0
+		for k := range perItem[i] {
+			a := perItem[i][k]
+			usedSlots[a.Slot] = true
+			mi := memberIdx[a.Zone+"/"+a.Member]
+			if _, dup := cur[mi]; dup {
+				plan.groups = append(plan.groups, opGroup{
+					cmps: []clientv3.Cmp{modCmp(a)}, ops: []clientv3.Op{del(a)}, removes: 1,
+					desc: "remove duplicate " + name(a),
+				})
+				continue
+			}
+			cur[mi] = a
+			if a.Slot == 0 && primary == nil {
+				primary = &perItem[i][k]
+			}
+			if a.Status.State.Consistent() {
+				consistent++
+			}
+		}
+		nextSlot := 1
+		freeSlot := func() int {
+			for usedSlots[nextSlot] {
+				nextSlot++
+			}
+			usedSlots[nextSlot] = true
+			return nextSlot
+		}
+
+		// 1. Adds.
+		for k, m := range d {
+			mi := int(m)
+			if _, ok := cur[mi]; ok {
+				continue
+			}
+			if held[mi] >= members[mi].Limit && (overshoot == nil || !overshoot[mi]) {
+				plan.deferred++
+				plan.deferredItems[i] = true
+				plan.deferredMembers[mi] = true
+				continue
+			}
+			held[mi]++
+			slot := 0
+			if k != 0 || primary != nil || usedSlots[0] {
+				slot = freeSlot()
+			} else {
+				usedSlots[0] = true
+			}
+			mb := snap.Members[mi]
+			a := Assignment{Item: it.ID, Zone: mb.Zone, Member: mb.ID, Slot: slot}
+			c, op := put(mi, a, ReplicaStatus{State: StateIdle})
+			plan.groups = append(plan.groups, opGroup{
+				cmps: []clientv3.Cmp{c, memberCmp(mi)}, ops: []clientv3.Op{op}, adds: 1,
+				desc: "add " + name(a),
+			})
+		}
+
+		// 2. Primary change.
+		handled := map[int]bool{}
+		if len(d) > 0 {
+			next, ok := cur[int(d[0])]
+			slot0Taken := false
+			for _, slot := range taken[it.ID] {
+				slot0Taken = slot0Taken || slot == 0
+			}
+			if ok && next.Slot != 0 && !slot0Taken {
+				// Without a primary, or with one that is not consistent
+				// yet (it serves nothing), promote at once; otherwise only
+				// a consistent successor, and only while the item keeps its
+				// target of consistent replicas.
+				allowed := primary == nil || !primary.Status.State.Consistent()
+				if !allowed && next.Status.State.Consistent() {
+					after := consistent
+					if primary.Status.State.Consistent() {
+						after--
+					}
+					allowed = after >= target
+				}
+				if allowed {
+					mi := int(d[0])
+					na := next
+					na.Slot = 0
+					c, op := put(mi, na, next.Status)
+					g := opGroup{
+						cmps:       []clientv3.Cmp{modCmp(next), c, memberCmp(mi)},
+						ops:        []clientv3.Op{del(next), op},
+						promotions: 1,
+						desc:       "promote " + name(next),
+					}
+					handled[mi] = true
+					if primary != nil {
+						pmi := memberIdx[primary.Zone+"/"+primary.Member]
+						handled[pmi] = true
+						g.cmps = append(g.cmps, modCmp(*primary))
+						g.ops = append(g.ops, del(*primary))
+						if primary.Status.State.Consistent() {
+							consistent--
+						}
+						if _, keep := inD[pmi]; keep {
+							da := *primary
+							da.Slot = freeSlot()
+							c, op := put(pmi, da, ReplicaStatus{State: StateIdle})
+							g.cmps = append(g.cmps, c, memberCmp(pmi))
+							g.ops = append(g.ops, op)
+							g.desc += ", demote " + name(*primary)
+						} else {
+							g.removes++
+							g.desc += ", remove " + name(*primary)
+						}
+					}
+					plan.groups = append(plan.groups, g)
+				}
+			}
+		}
+
+		// 3. Removals: inconsistent replicas first, then consistent ones while
+		// the item keeps its target of consistent replicas.
+		var drop []Assignment
+		for mi, a := range cur {
+			if _, keep := inD[mi]; keep || handled[mi] {
+				continue
+			}
+			if primary != nil && a.Slot == 0 && len(d) > 0 {
+				continue // the primary leaves only by promotion of its successor
+			}
+			drop = append(drop, a)
+		}
+		sort.Slice(drop, func(x, y int) bool {
+			cx, cy := drop[x].Status.State.Consistent(), drop[y].Status.State.Consistent()
+			if cx != cy {
+				return !cx
+			}
+			return name(drop[x]) < name(drop[y])
+		})
+		for _, a := range drop {
+			if a.Status.State.Consistent() {
+				if consistent-1 < target {
+					continue
+				}
+				consistent--
+			}
+			plan.groups = append(plan.groups, opGroup{
+				cmps: []clientv3.Cmp{modCmp(a)}, ops: []clientv3.Op{del(a)}, removes: 1,
+				desc: "remove " + name(a),
+			})
+		}
+	}
+	return plan
+}
+
+// memberIndex maps "zone/member" to the index in snap.Members.
+func (snap Snapshot) memberIndex() map[string]int {
+	idx := make(map[string]int, len(snap.Members))
+	for i, m := range snap.Members {
+		idx[m.Key()] = i
+	}
+	return idx
+}
+
+// batchGroups packs groups into transactions of at most MaxTxnOps operations
+// and MaxTxnOps compares, each also guarded by leaderCmp. Identical compares
+// within a transaction are merged.
+func batchGroups(groups []opGroup, leaderCmp clientv3.Cmp) []plannedTxn {
+	var out []plannedTxn
+	var cur *plannedTxn
+	var seen map[string]bool
+	cmpKey := func(c clientv3.Cmp) string { pc := etcdserverpb.Compare(c); return pc.String() }
+	for _, g := range groups {
+		newCmps := 0
+		if cur != nil {
+			for _, c := range g.cmps {
+				if !seen[cmpKey(c)] {
+					newCmps++
+				}
+			}
+		}
+		if cur == nil || len(cur.ops)+len(g.ops) > MaxTxnOps || len(cur.cmps)+newCmps > MaxTxnOps {
+			out = append(out, plannedTxn{cmps: []clientv3.Cmp{leaderCmp}})
+			cur = &out[len(out)-1]
+			seen = map[string]bool{cmpKey(leaderCmp): true}
+		}
+		for _, c := range g.cmps {
+			if k := cmpKey(c); !seen[k] {
+				seen[k] = true
+				cur.cmps = append(cur.cmps, c)
+			}
+		}
+		cur.ops = append(cur.ops, g.ops...)
+		cur.adds += g.adds
+		cur.removes += g.removes
+		cur.promotions += g.promotions
+		cur.descs = append(cur.descs, g.desc)
+	}
+	return out
+}
