@@ -195,9 +195,9 @@ func TestBatchGroupsLimits(t *testing.T) {
 func TestPlanFullMembersSwap(t *testing.T) {
 	snap := newSnap().member("a", "m1", 1, false).member("a", "m2", 1, false).item("s1", 1).item("s2", 1).
 		assign("s1", "a/m1", 0, StatePrimary).assign("s2", "a/m2", 0, StatePrimary).build()
-	members, items, perItem, orphans := scheduleInput(snap)
+	in := scheduleInput(snap, "/r")
 	sol := &Solution{Desired: [][]int32{{1}, {0}}} // s1 -> m2, s2 -> m1
-	got := describe(planFromSolution(snap, "/r", members, items, perItem, orphans, sol))
+	got := describe(planFromSolution(in, sol))
 	want := []string{"add s1/a/m2/1", "add s2/a/m1/1"}
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("swap: got %v want %v", got, want)
@@ -207,9 +207,9 @@ func TestPlanFullMembersSwap(t *testing.T) {
 	snap = newSnap().member("a", "m1", 1, false).member("a", "m2", 1, false).member("a", "m3", 1, false).
 		item("s1", 1).item("s2", 1).
 		assign("s1", "a/m1", 0, StatePrimary).assign("s2", "a/m2", 0, StatePrimary).build()
-	members, items, perItem, orphans = scheduleInput(snap)
+	in = scheduleInput(snap, "/r")
 	sol = &Solution{Desired: [][]int32{{1}, {2}}} // s1 -> m2, s2 -> m3
-	got = describe(planFromSolution(snap, "/r", members, items, perItem, orphans, sol))
+	got = describe(planFromSolution(in, sol))
 	want = []string{"add s2/a/m3/1"}
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("chain: got %v want %v", got, want)

@@ -49,14 +49,32 @@ type convergePlan struct {
 	solveTime                      time.Duration
 }
 
+// planInput is what a round plans from: the snapshot and the scheduler's
+// view of it. scheduleInput builds it once; every planning step reads it.
+type planInput struct {
+	snap   Snapshot
+	prefix string // without a trailing slash
+	// members is the scheduler's view of snap.Members (same indices).
+	members []SchedMember
+	// items are snap.Items sorted by ID, with their current replicas.
+	items []SchedItem
+	// perItem[i] are item i's assignments (snapshot order).
+	perItem [][]Assignment
+	// orphans are assignments whose item or member is gone.
+	orphans []Assignment
+	// memberIdx maps "zone/member" to its index in snap.Members.
+	memberIdx map[string]int
+}
+
 // scheduleInput converts a snapshot into the scheduler's input. Assignments
-// whose item or member is gone are returned separately as orphans.
-func scheduleInput(snap Snapshot) (members []SchedMember, items []SchedItem, perItem [][]Assignment, orphans []Assignment) {
-	memberIdx := make(map[string]int, len(snap.Members))
-	members = make([]SchedMember, len(snap.Members))
+// whose item or member is gone are set apart as orphans.
+func scheduleInput(snap Snapshot, prefix string) *planInput {
+	in := &planInput{snap: snap, prefix: cleanPrefix(prefix)}
+	in.memberIdx = make(map[string]int, len(snap.Members))
+	in.members = make([]SchedMember, len(snap.Members))
 	for i, m := range snap.Members {
-		members[i] = SchedMember{Zone: m.Zone, ID: m.ID, Limit: m.Spec.ItemLimit, Exiting: m.Spec.Exiting}
-		memberIdx[m.Key()] = i
+		in.members[i] = SchedMember{Zone: m.Zone, ID: m.ID, Limit: m.Spec.ItemLimit, Exiting: m.Spec.Exiting}
+		in.memberIdx[m.Key()] = i
 	}
 	ids := make([]string, 0, len(snap.Items))
 	for id := range snap.Items {
@@ -64,27 +82,27 @@ func scheduleInput(snap Snapshot) (members []SchedMember, items []SchedItem, per
 	}
 	sort.Strings(ids)
 	itemIdx := make(map[string]int, len(ids))
-	items = make([]SchedItem, len(ids))
-	perItem = make([][]Assignment, len(ids))
+	in.items = make([]SchedItem, len(ids))
+	in.perItem = make([][]Assignment, len(ids))
 	for i, id := range ids {
 		r := 0 // an item without a decoded value wants nothing
 		if it := snap.Items[id].Item; it != nil {
 			r = it.DesiredReplication()
 		}
-		items[i] = SchedItem{ID: id, Replication: r}
+		in.items[i] = SchedItem{ID: id, Replication: r}
 		itemIdx[id] = i
 	}
 	for _, a := range snap.Assignments {
 		i, ok := itemIdx[a.Item]
-		m, mok := memberIdx[a.Zone+"/"+a.Member]
+		m, mok := in.memberIdx[a.Zone+"/"+a.Member]
 		if !ok || !mok {
-			orphans = append(orphans, a)
+			in.orphans = append(in.orphans, a)
 			continue
 		}
-		perItem[i] = append(perItem[i], a)
-		items[i].Current = append(items[i].Current, SchedReplica{Member: m, Slot: a.Slot, State: a.Status.State})
+		in.perItem[i] = append(in.perItem[i], a)
+		in.items[i].Current = append(in.items[i].Current, SchedReplica{Member: m, Slot: a.Slot, State: a.Status.State})
 	}
-	return members, items, perItem, orphans
+	return in
 }
 
 // planConverge is the pure part of a converge round: it solves the schedule
@@ -104,32 +122,31 @@ func scheduleInput(snap Snapshot) (members []SchedMember, items []SchedItem, per
 //
 // Every delete is guarded by the key's ModRevision.
 func planConverge(snap Snapshot, prefix string) convergePlan {
-	members, items, perItem, orphans := scheduleInput(snap)
+	in := scheduleInput(snap, prefix)
 	start := time.Now()
-	sol := Solve(members, items)
+	sol := Solve(in.members, in.items)
 	solveTime := time.Since(start)
-	plan := planFromSolution(snap, prefix, members, items, perItem, orphans, sol)
+	plan := planFromSolution(in, sol)
 	plan.solveTime = solveTime
 	return plan
 }
 
 // planFromSolution plans the groups for a given solution (see planConverge).
-func planFromSolution(snap Snapshot, prefix string, members []SchedMember, items []SchedItem, perItem [][]Assignment, orphans []Assignment, sol *Solution) convergePlan {
-	plan := planGroups(snap, prefix, members, items, perItem, orphans, sol, nil)
+func planFromSolution(in *planInput, sol *Solution) convergePlan {
+	plan := planGroups(in, sol, nil)
 	if plan.deferred > 0 {
 		// A full member with a deferred add normally frees room once a
 		// replica it gives up is replaced elsewhere. When every replica it
 		// gives up belongs to an item whose own replacement is deferred (e.g.
 		// two full members swapping items), waiting would never end: let that
 		// member overshoot its limit for the handoff.
-		memberIdx := snap.memberIndex()
-		frees := make([]bool, len(members))
-		for i, as := range perItem {
+		frees := make([]bool, len(in.members))
+		for i, as := range in.perItem {
 			if plan.deferredItems[i] {
 				continue
 			}
 			for _, a := range as {
-				mi := memberIdx[a.Zone+"/"+a.Member]
+				mi := in.memberIdx[a.Zone+"/"+a.Member]
 				desired := false
 				for _, m := range sol.Desired[i] {
 					if int(m) == mi {
@@ -141,7 +158,7 @@ func planFromSolution(snap Snapshot, prefix string, members []SchedMember, items
 				}
 			}
 		}
-		allow := make([]bool, len(members))
+		allow := make([]bool, len(in.members))
 		stuck := false
 		for mi := range plan.deferredMembers {
 			if !frees[mi] {
@@ -149,7 +166,7 @@ func planFromSolution(snap Snapshot, prefix string, members []SchedMember, items
 			}
 		}
 		if stuck {
-			plan = planGroups(snap, prefix, members, items, perItem, orphans, sol, allow)
+			plan = planGroups(in, sol, allow)
 		}
 	}
 	return plan
@@ -159,11 +176,10 @@ func planFromSolution(snap Snapshot, prefix string, members []SchedMember, items
 // current assignments already reach its limit is deferred (counted in
 // plan.deferred) unless overshoot: such a member first loses the replicas
 // it is to give up, so limits hold during make-before-break too.
-func planGroups(snap Snapshot, prefix string, members []SchedMember, items []SchedItem, perItem [][]Assignment, orphans []Assignment, sol *Solution, overshoot []bool) convergePlan {
-	prefix = cleanPrefix(prefix)
+func planGroups(in *planInput, sol *Solution, overshoot []bool) convergePlan {
+	snap, prefix, members, items, perItem, memberIdx := in.snap, in.prefix, in.members, in.items, in.perItem, in.memberIdx
 	plan := convergePlan{desired: make(map[string][]string, len(items)),
 		deferredItems: map[int]bool{}, deferredMembers: map[int]bool{}}
-	memberIdx := snap.memberIndex()
 	held := make([]int, len(members))
 	for _, as := range perItem {
 		for _, a := range as {
@@ -187,7 +203,7 @@ func planGroups(snap Snapshot, prefix string, members []SchedMember, items []Sch
 	}
 	name := func(a Assignment) string { return a.Item + "/" + a.Zone + "/" + a.Member + "/" + strconv.Itoa(a.Slot) }
 
-	for _, a := range orphans {
+	for _, a := range in.orphans {
 		plan.groups = append(plan.groups, opGroup{
 			cmps: []clientv3.Cmp{modCmp(a)}, ops: []clientv3.Op{del(a)}, removes: 1,
 			desc: "cleanup " + name(a),
@@ -370,15 +386,6 @@ func planGroups(snap Snapshot, prefix string, members []SchedMember, items []Sch
 		}
 	}
 	return plan
-}
-
-// memberIndex maps "zone/member" to the index in snap.Members.
-func (snap Snapshot) memberIndex() map[string]int {
-	idx := make(map[string]int, len(snap.Members))
-	for i, m := range snap.Members {
-		idx[m.Key()] = i
-	}
-	return idx
 }
 
 // batchGroups packs groups into transactions of at most MaxTxnOps operations

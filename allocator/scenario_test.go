@@ -450,7 +450,8 @@ func (s *scenario) check(ctx context.Context) error {
 		return err
 	}
 	snap := ks.Snapshot()
-	members, items, _, _ := scheduleInput(snap)
+	in := scheduleInput(snap, s.prefix)
+	members, items := in.members, in.items
 	sol := Solve(members, items)
 	if err := checkSolution(members, items, sol); err != nil {
 		return err
