@@ -12,10 +12,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// MaxTxnOps bounds the operations (and, separately, the compares) of one
-// converge transaction: etcd's default --max-txn-ops.
-const MaxTxnOps = 128
-
 // opGroup is a set of guarded operations that must commit atomically (e.g. a
 // promotion: new slot-0 key, old standby key and old primary key together).
 type opGroup struct {
@@ -23,14 +19,6 @@ type opGroup struct {
 	ops                       []clientv3.Op
 	adds, removes, promotions int
 	desc                      string
-}
-
-// plannedTxn is one transaction of a converge round.
-type plannedTxn struct {
-	cmps                      []clientv3.Cmp
-	ops                       []clientv3.Op
-	adds, removes, promotions int
-	descs                     []string
 }
 
 // convergePlan is the result of planning one round.
@@ -132,41 +120,61 @@ func planConverge(snap Snapshot, prefix string) convergePlan {
 func planFromSolution(in *planInput, sol *Solution) convergePlan {
 	plan := planGroups(in, sol, nil)
 	if plan.deferred > 0 {
-		// A full member with a deferred add normally frees room once a
-		// replica it gives up is replaced elsewhere. When every replica it
-		// gives up belongs to an item whose own replacement is deferred (e.g.
-		// two full members swapping items), waiting would never end: let that
-		// member overshoot its limit for the handoff.
-		frees := make([]bool, len(in.members))
-		for i, as := range in.perItem {
-			if plan.deferredItems[i] {
-				continue
-			}
-			for _, a := range as {
-				mi := in.memberIdx[a.Zone+"/"+a.Member]
-				desired := false
-				for _, m := range sol.Desired[i] {
-					if int(m) == mi {
-						desired = true
-					}
-				}
-				if !desired {
-					frees[mi] = true
-				}
-			}
-		}
-		allow := make([]bool, len(in.members))
-		stuck := false
-		for mi := range plan.deferredMembers {
-			if !frees[mi] {
-				allow[mi], stuck = true, true
-			}
-		}
-		if stuck {
+		if allow := in.overshootMembers(plan, sol); allow != nil {
 			plan = planGroups(in, sol, allow)
 		}
 	}
 	return plan
+}
+
+// overshootMembers returns the members plan deferred adds to that may
+// overshoot their limit, or nil if none may. A full member with a deferred
+// add normally frees room once a replica it gives up is replaced elsewhere.
+// When every replica it gives up belongs to an item whose own replacement
+// is deferred (e.g. two full members swapping items), waiting would never
+// end: let that member overshoot its limit for the handoff.
+func (in *planInput) overshootMembers(plan convergePlan, sol *Solution) []bool {
+	frees := make([]bool, len(in.members))
+	for i, as := range in.perItem {
+		if plan.deferredItems[i] {
+			continue
+		}
+		for _, a := range as {
+			mi := in.memberIdx[a.Zone+"/"+a.Member]
+			desired := false
+			for _, m := range sol.Desired[i] {
+				if int(m) == mi {
+					desired = true
+				}
+			}
+			if !desired {
+				frees[mi] = true
+			}
+		}
+	}
+	allow := make([]bool, len(in.members))
+	stuck := false
+	for mi := range plan.deferredMembers {
+		if !frees[mi] {
+			allow[mi], stuck = true, true
+		}
+	}
+	if !stuck {
+		return nil
+	}
+	return allow
+}
+
+// MaxTxnOps bounds the operations (and, separately, the compares) of one
+// converge transaction: etcd's default --max-txn-ops.
+const MaxTxnOps = 128
+
+// plannedTxn is one transaction of a converge round.
+type plannedTxn struct {
+	cmps                      []clientv3.Cmp
+	ops                       []clientv3.Op
+	adds, removes, promotions int
+	descs                     []string
 }
 
 // batchGroups packs groups into transactions of at most MaxTxnOps operations
