@@ -24,6 +24,7 @@ type converger struct {
 	failures      int // consecutive transactions whose compares failed
 }
 
+// init binds the converger to its member and names its logger.
 func (c *converger) init(m *Member) {
 	c.m = m
 	c.log = m.log.Named("converge")
@@ -39,30 +40,47 @@ func (c *converger) round(ctx context.Context, snap Snapshot) (again bool, err e
 		return false, fmt.Errorf("leader's own member key is missing")
 	}
 	plan := planConverge(snap, c.m.prefix)
+	c.report(snap, plan)
+	if len(plan.groups) == 0 {
+		return false, nil
+	}
+	// Every transaction also compares the leader's own member key, so the
+	// writes of a leader deposed since the snapshot fail.
+	leaderCmp := clientv3.Compare(clientv3.ModRevision(c.m.key), "=", me.ModRevision)
+	return true, c.write(ctx, batchGroups(plan.groups, leaderCmp))
+}
+
+// report updates the round's metrics and logs the items short of replicas
+// when that list changed (not every round, so a lasting shortfall does not
+// flood the log).
+func (c *converger) report(snap Snapshot, plan convergePlan) {
 	convergeRounds.Inc()
 	scheduleSeconds.Observe(plan.solveTime.Seconds())
 	membersGauge.Set(float64(len(snap.Members)))
 	itemsGauge.Set(float64(len(snap.Items)))
 	desiredSlotsGauge.Set(float64(plan.slots))
 	shortfallGauge.Set(float64(len(plan.shortfall)))
-	if sf := strings.Join(plan.shortfall, ", "); sf != c.lastShortfall {
-		c.lastShortfall = sf
-		if len(plan.shortfall) > 0 {
-			shown := plan.shortfall
-			if len(shown) > 20 {
-				shown = shown[:20]
-			}
-			c.log.Warn("not enough member capacity for the desired replication; items short of replicas (got/want)",
-				"count", len(plan.shortfall), "items", strings.Join(shown, ", "))
-		} else {
-			c.log.Info("every item has its desired replication")
+	sf := strings.Join(plan.shortfall, ", ")
+	if sf == c.lastShortfall {
+		return
+	}
+	c.lastShortfall = sf
+	if len(plan.shortfall) > 0 {
+		shown := plan.shortfall
+		if len(shown) > 20 {
+			shown = shown[:20]
 		}
+		c.log.Warn("not enough member capacity for the desired replication; items short of replicas (got/want)",
+			"count", len(plan.shortfall), "items", strings.Join(shown, ", "))
+	} else {
+		c.log.Info("every item has its desired replication")
 	}
-	if len(plan.groups) == 0 {
-		return false, nil
-	}
-	leaderCmp := clientv3.Compare(clientv3.ModRevision(c.m.key), "=", me.ModRevision)
-	txns := batchGroups(plan.groups, leaderCmp)
+}
+
+// write commits txns in order, stopping at the first whose compares fail
+// (later ones were planned on the same, now stale, snapshot), and waits
+// until the mirror reflects the last revision written.
+func (c *converger) write(ctx context.Context, txns []plannedTxn) error {
 	var lastRev int64
 	for _, t := range txns {
 		c.txns.Add(1)
@@ -70,28 +88,11 @@ func (c *converger) round(ctx context.Context, snap Snapshot) (again bool, err e
 		resp, err := c.m.cfg.Client.Txn(ctx).If(t.cmps...).Then(t.ops...).Commit()
 		if err != nil {
 			etcdErrors.Inc()
-			return true, fmt.Errorf("converge txn (%d ops): %w", len(t.ops), err)
+			return fmt.Errorf("converge txn (%d ops): %w", len(t.ops), err)
 		}
 		lastRev = resp.Header.Revision
 		if !resp.Succeeded {
-			// Something changed since the snapshot: recompute once the
-			// mirror caught up. Back off when this keeps happening (e.g. a
-			// key the mirror cannot decode), so a stuck compare is not a
-			// hot loop.
-			c.failures++
-			if c.failures%20 == 0 {
-				c.log.Warn("converge transactions keep failing their compares", "failures", c.failures, "ops", strings.Join(t.descs, "; "))
-			}
-			if err := c.m.ks.WaitForRevision(ctx, lastRev); err != nil {
-				return true, err
-			}
-			delay := time.Duration(min(c.failures, 8)) * time.Duration(c.failures) * 5 * time.Millisecond
-			select {
-			case <-ctx.Done():
-				return true, ctx.Err()
-			case <-time.After(min(delay, 2*time.Second)):
-			}
-			return true, nil
+			return c.compareFailed(ctx, t, lastRev)
 		}
 		c.failures = 0
 		assignmentsAdded.Add(float64(t.adds))
@@ -101,8 +102,26 @@ func (c *converger) round(ctx context.Context, snap Snapshot) (again bool, err e
 			c.log.Debug("converge txn", "revision", lastRev, "ops", strings.Join(t.descs, "; "))
 		}
 	}
-	if err := c.m.ks.WaitForRevision(ctx, lastRev); err != nil {
-		return true, err
+	return c.m.ks.WaitForRevision(ctx, lastRev)
+}
+
+// compareFailed handles transaction t failing its compares at revision rev:
+// something changed since the snapshot, so the caller recomputes once the
+// mirror caught up. It backs off when this keeps happening (e.g. a key the
+// mirror cannot decode), so a stuck compare is not a hot loop.
+func (c *converger) compareFailed(ctx context.Context, t plannedTxn, rev int64) error {
+	c.failures++
+	if c.failures%20 == 0 {
+		c.log.Warn("converge transactions keep failing their compares", "failures", c.failures, "ops", strings.Join(t.descs, "; "))
 	}
-	return true, nil
+	if err := c.m.ks.WaitForRevision(ctx, rev); err != nil {
+		return err
+	}
+	delay := time.Duration(min(c.failures, 8)) * time.Duration(c.failures) * 5 * time.Millisecond
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(min(delay, 2*time.Second)):
+	}
+	return nil
 }
