@@ -86,23 +86,8 @@ type Member struct {
 // absent. If it is present it revokes its lease and returns an error wrapping
 // ErrMemberExists. The caller must Close the member.
 func NewMember(ctx context.Context, cfg Config) (*Member, error) {
-	if cfg.Client == nil {
-		return nil, errors.New("allocator: Config.Client is nil")
-	}
-	if cleanPrefix(cfg.Prefix) == "" {
-		return nil, fmt.Errorf("allocator: Config.Prefix %q is empty", cfg.Prefix)
-	}
-	if err := ValidID(cfg.Zone); err != nil {
-		return nil, fmt.Errorf("allocator: zone: %w", err)
-	}
-	if err := ValidID(cfg.MemberID); err != nil {
-		return nil, fmt.Errorf("allocator: member id: %w", err)
-	}
-	if cfg.LeaseTTL <= 0 {
-		return nil, fmt.Errorf("allocator: lease TTL %s must be positive", cfg.LeaseTTL)
-	}
-	if cfg.Spec.ItemLimit < 0 {
-		return nil, fmt.Errorf("allocator: item limit %d is negative", cfg.Spec.ItemLimit)
+	if err := validateConfig(cfg); err != nil {
+		return nil, err
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -123,17 +108,55 @@ func NewMember(ctx context.Context, cfg Config) (*Member, error) {
 	m.ks = NewKeySpace(cfg.Client, cfg.Prefix, cfg.DecodeItem, log)
 
 	ttl := int64(math.Ceil(cfg.LeaseTTL.Seconds()))
-	grant, err := cfg.Client.Grant(ctx, ttl)
+	if err := m.announce(ctx, ttl); err != nil {
+		return nil, err
+	}
+	if err := m.keepAlive(); err != nil {
+		return nil, err
+	}
+	m.log.Info("member announced", "key", m.key, "lease", fmt.Sprintf("%x", m.lease), "ttl", ttl)
+	return m, nil
+}
+
+// validateConfig checks what NewMember cannot work without.
+func validateConfig(cfg Config) error {
+	if cfg.Client == nil {
+		return errors.New("allocator: Config.Client is nil")
+	}
+	if cleanPrefix(cfg.Prefix) == "" {
+		return fmt.Errorf("allocator: Config.Prefix %q is empty", cfg.Prefix)
+	}
+	if err := ValidID(cfg.Zone); err != nil {
+		return fmt.Errorf("allocator: zone: %w", err)
+	}
+	if err := ValidID(cfg.MemberID); err != nil {
+		return fmt.Errorf("allocator: member id: %w", err)
+	}
+	if cfg.LeaseTTL <= 0 {
+		return fmt.Errorf("allocator: lease TTL %s must be positive", cfg.LeaseTTL)
+	}
+	if cfg.Spec.ItemLimit < 0 {
+		return fmt.Errorf("allocator: item limit %d is negative", cfg.Spec.ItemLimit)
+	}
+	return nil
+}
+
+// announce grants the member's lease (ttl seconds) and creates the member
+// key under it only if the key is absent, so a second process with the same
+// id fails with ErrMemberExists instead of taking the first one's place.
+// When the key cannot be created it revokes the lease.
+func (m *Member) announce(ctx context.Context, ttl int64) error {
+	grant, err := m.cfg.Client.Grant(ctx, ttl)
 	if err != nil {
 		etcdErrors.Inc()
-		return nil, fmt.Errorf("allocator: granting member lease (ttl %ds) for %s: %w", ttl, m.key, err)
+		return fmt.Errorf("allocator: granting member lease (ttl %ds) for %s: %w", ttl, m.key, err)
 	}
 	m.lease = grant.ID
-	val, err := json.Marshal(cfg.Spec)
+	val, err := json.Marshal(m.cfg.Spec)
 	if err != nil {
-		return nil, fmt.Errorf("allocator: encoding member spec: %w", err)
+		return fmt.Errorf("allocator: encoding member spec: %w", err)
 	}
-	resp, err := cfg.Client.Txn(ctx).
+	resp, err := m.cfg.Client.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(m.key), "=", 0)).
 		Then(clientv3.OpPut(m.key, string(val), clientv3.WithLease(m.lease))).
 		Else(clientv3.OpGet(m.key)).
@@ -141,7 +164,7 @@ func NewMember(ctx context.Context, cfg Config) (*Member, error) {
 	if err != nil {
 		etcdErrors.Inc()
 		m.revokeLease()
-		return nil, fmt.Errorf("allocator: announcing %s: %w", m.key, err)
+		return fmt.Errorf("allocator: announcing %s: %w", m.key, err)
 	}
 	if !resp.Succeeded {
 		holder := ""
@@ -149,19 +172,25 @@ func NewMember(ctx context.Context, cfg Config) (*Member, error) {
 			holder = fmt.Sprintf(" (lease %x, created at revision %d)", rr.Kvs[0].Lease, rr.Kvs[0].CreateRevision)
 		}
 		m.revokeLease()
-		return nil, fmt.Errorf("allocator: %w: %s is held by another process%s; stop it, wait for its lease to expire, or use another member id",
+		return fmt.Errorf("allocator: %w: %s is held by another process%s; stop it, wait for its lease to expire, or use another member id",
 			ErrMemberExists, m.key, holder)
 	}
 	m.createRev = resp.Header.Revision
+	return nil
+}
 
+// keepAlive starts keeping the lease alive until Close; when the lease is
+// lost the member's Done closes. If keep-alive cannot start it revokes the
+// lease.
+func (m *Member) keepAlive() error {
 	kaCtx, cancel := context.WithCancel(context.Background())
 	m.kaCancel = cancel
-	ka, err := cfg.Client.KeepAlive(kaCtx, m.lease)
+	ka, err := m.cfg.Client.KeepAlive(kaCtx, m.lease)
 	if err != nil {
 		cancel()
 		etcdErrors.Inc()
 		m.revokeLease()
-		return nil, fmt.Errorf("allocator: keeping lease %x alive: %w", m.lease, err)
+		return fmt.Errorf("allocator: keeping lease %x alive: %w", m.lease, err)
 	}
 	go func() {
 		defer close(m.kaDone)
@@ -174,8 +203,7 @@ func NewMember(ctx context.Context, cfg Config) (*Member, error) {
 		}
 		m.closeDone()
 	}()
-	m.log.Info("member announced", "key", m.key, "lease", fmt.Sprintf("%x", m.lease), "ttl", ttl)
-	return m, nil
+	return nil
 }
 
 func (m *Member) revokeLease() {
