@@ -367,19 +367,8 @@ func (m *Member) Run(ctx context.Context) error {
 		}
 	}()
 
-	for {
-		if err := m.ks.Load(ctx); err == nil {
-			break
-		} else if ctx.Err() != nil {
-			return m.runExit(parent)
-		} else {
-			m.log.Warn("loading keyspace failed; retrying", "error", err)
-		}
-		select {
-		case <-ctx.Done():
-			return m.runExit(parent)
-		case <-time.After(200 * time.Millisecond):
-		}
+	if !m.loadMirror(ctx) {
+		return m.runExit(parent)
 	}
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -412,27 +401,7 @@ func (m *Member) Run(ctx context.Context) error {
 			m.log.Info("member drained; exiting")
 			return nil
 		}
-		again := false
-		if m.ks.Leader() == m.cfg.Zone+"/"+m.cfg.MemberID {
-			leaderGauge.Set(1)
-			snap := m.ks.Snapshot()
-			var err error
-			again, err = conv.round(ctx, snap)
-			if err == nil && !again {
-				m.idleRev.Store(snap.Revision)
-			}
-			if err != nil && ctx.Err() == nil {
-				m.log.Warn("converge round failed", "error", err)
-				select {
-				case <-ctx.Done():
-				case <-time.After(200 * time.Millisecond):
-				}
-				continue
-			}
-		} else {
-			leaderGauge.Set(0)
-		}
-		if again {
+		if m.leaderRound(ctx, conv) {
 			continue
 		}
 		select {
@@ -441,6 +410,51 @@ func (m *Member) Run(ctx context.Context) error {
 		case <-m.exitingCh:
 		}
 	}
+}
+
+// loadMirror loads the mirror, retrying until it succeeds (true) or ctx is
+// done (false): etcd may be briefly unreachable when the process starts.
+func (m *Member) loadMirror(ctx context.Context) bool {
+	for {
+		if err := m.ks.Load(ctx); err == nil {
+			return true
+		} else if ctx.Err() != nil {
+			return false
+		} else {
+			m.log.Warn("loading keyspace failed; retrying", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// leaderRound runs a converge round if this member is the leader, and
+// reports whether Run should loop again at once rather than wait for a
+// change: after a round that wrote, or after a failed one (retried after a
+// pause, not a hot loop).
+func (m *Member) leaderRound(ctx context.Context, conv *converger) (again bool) {
+	if m.ks.Leader() != m.cfg.Zone+"/"+m.cfg.MemberID {
+		leaderGauge.Set(0)
+		return false
+	}
+	leaderGauge.Set(1)
+	snap := m.ks.Snapshot()
+	again, err := conv.round(ctx, snap)
+	if err == nil && !again {
+		m.idleRev.Store(snap.Revision)
+	}
+	if err != nil && ctx.Err() == nil {
+		m.log.Warn("converge round failed", "error", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+		return true
+	}
+	return again
 }
 
 // runExit is Run's result once its context ended: nil when the caller
