@@ -18,13 +18,16 @@
 //     stream of its own assignments, UpdateStatus for the shard layer,
 //     SetExiting to drain, Done() when the lease is lost, and — while it is
 //     the leader — the schedule-and-converge loop.
-//   - Solve (scheduler.go): a pure, deterministic function from members,
-//     items and current assignments to desired assignments (limits, one
-//     replica per member, zone spread, replication, few moves, balance).
-//   - planConverge (converge.go): a pure function from a snapshot to guarded
-//     operation groups, make-before-break; batchGroups packs them into
-//     transactions of at most 128 operations, each also comparing the
-//     leader's own member key ModRevision so a deposed leader's writes fail.
+//   - Solve (scheduler.go, its phases in scheduler_*.go): a pure,
+//     deterministic function from members, items and current assignments to
+//     desired assignments (limits, one replica per member, zone spread,
+//     replication, few moves, balance).
+//   - planConverge (plan.go, per-item steps in plan_groups.go): a pure
+//     function from a snapshot to guarded operation groups,
+//     make-before-break; batchGroups packs them into transactions of at most
+//     128 operations, each also comparing the leader's own member key
+//     ModRevision so a deposed leader's writes fail. The converger
+//     (converge.go) writes them to etcd.
 //
 // Converge details: new replicas are written IDLE; the shard layer reports
 // BACKFILL, STANDBY, PRIMARY or FAILED through UpdateStatus. A replica is
