@@ -117,7 +117,9 @@ func trunc(s string) string {
 	return s
 }
 
-// memEnv is a memory WAL backend behind the real adaptor.
+// memEnv is a memory WAL backend behind the real adaptor. The backend
+// reports outcomes out of call order, as replies, timeouts and disconnects
+// of a real connection may: the adaptor restores the order.
 type memEnv struct {
 	builder *memory.Builder
 	opener  wal.Opener
@@ -126,6 +128,7 @@ type memEnv struct {
 func newMemEnv(t testing.TB) *memEnv {
 	t.Helper()
 	b := memory.NewBuilder()
+	b.ShuffleAcks(uint64(time.Now().UnixNano()) | 1)
 	op, err := wal.NewOpenerBuilder(b, wal.WithRetry(time.Millisecond, 10*time.Millisecond, 3)).Build()
 	if err != nil {
 		t.Fatal(err)

@@ -157,7 +157,7 @@ func (p *Player) Play(ctx context.Context) (err error) {
 	if pos.LogID != 0 {
 		policy = wal.DeliverStartAfter(pos.LogID)
 	}
-	sc, err := p.cfg.Log.Read(ctx, wal.ReadOption{VChannel: "recoverylog-player/" + shard, DeliverPolicy: policy})
+	sc, err := p.cfg.Log.Read(ctx, wal.ReadOption{Name: "recoverylog-player/" + shard, DeliverPolicy: policy})
 	if err != nil {
 		return fmt.Errorf("recoverylog: shard %s: replay from %v: %w", shard, pos, err)
 	}

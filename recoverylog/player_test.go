@@ -391,13 +391,12 @@ func TestCorruptRecordStopsPlay(t *testing.T) {
 }
 
 // TestConcurrentPipelinedCommits commits from several goroutines through the
-// adaptor's pipelined path (a backend with async appends, with random ack
-// delays): every commit resolves in chain order and a reader replays the
+// adaptor's pipeline (with random ack delays and acks reported out of
+// order): every commit resolves in chain order and a reader replays the
 // same DB.
 func TestConcurrentPipelinedCommits(t *testing.T) {
 	const shard = "pipe"
 	env := newMemEnv(t)
-	env.builder.EnableAsyncAppend(true)
 	db, _ := openDB(t, t.TempDir())
 	rec := becomeWriter(t, env.opener, shard, db, 1, "a")
 	var delays atomic.Int64

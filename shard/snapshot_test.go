@@ -48,7 +48,7 @@ func logTruncated(t *testing.T, e *shardtest.Cluster, shardID string) bool {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	sc, err := w.Read(ctx, wal.ReadOption{VChannel: "test", DeliverPolicy: wal.DeliverStartAfter(0)})
+	sc, err := w.Read(ctx, wal.ReadOption{Name: "test", DeliverPolicy: wal.DeliverStartAfter(0)})
 	if err != nil {
 		return errors.Is(err, wal.ErrTruncated)
 	}
@@ -320,7 +320,7 @@ func firstRetained(t *testing.T, e *shardtest.Cluster, shardID string) uint64 {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	sc, err := w.Read(ctx, wal.ReadOption{VChannel: "test", DeliverPolicy: wal.DeliverAll()})
+	sc, err := w.Read(ctx, wal.ReadOption{Name: "test", DeliverPolicy: wal.DeliverAll()})
 	if err != nil {
 		t.Fatal(err)
 	}

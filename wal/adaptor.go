@@ -2,9 +2,12 @@ package wal
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"time"
 
+	"github.com/consumerd/consumerd/internal/retry"
 	"github.com/consumerd/consumerd/wal/walimpls"
 )
 
@@ -46,11 +49,6 @@ type opener struct {
 	wals map[*walAdaptor]struct{} // open WALs, closed by Close if the caller did not
 }
 
-func (o *opener) retrier() retrier {
-	return retrier{initial: o.opts.retryInitial, max: o.opts.retryMax, attempts: o.opts.retryAttempts,
-		logger: o.opts.logger, backend: o.backend}
-}
-
 // Open opens a channel on the backend, retrying transient errors.
 func (o *opener) Open(ctx context.Context, opt *OpenOption) (WAL, error) {
 	if opt == nil {
@@ -60,11 +58,21 @@ func (o *opener) Open(ctx context.Context, opt *OpenOption) (WAL, error) {
 		return nil, fmt.Errorf("wal: open on %s: empty channel name", o.backend)
 	}
 	var impl walimpls.WALImpls
-	err := o.retrier().do(ctx, o.closed, "open "+opt.Channel, func() error {
+	err := o.opts.retry.Do(ctx, retry.Call{
+		Stop:      o.closed,
+		Retryable: walimpls.IsRetryable,
+		OnRetry: func(attempt int, wait time.Duration, err error) {
+			appendRetriesTotal.WithLabelValues(o.backend).Inc()
+			o.opts.logger.Debug("retrying WAL open", "channel", opt.Channel, "attempt", attempt, "backoff", wait, "error", err)
+		},
+	}, func() error {
 		var err error
 		impl, err = o.impl.Open(ctx, opt)
 		return err
 	})
+	if errors.Is(err, retry.ErrStopped) {
+		err = fmt.Errorf("%w: %w", ErrClosed, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("wal: open %q (term %d) on %s: %w", opt.Channel, opt.Term, o.backend, err)
 	}

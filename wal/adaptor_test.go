@@ -30,10 +30,14 @@ type env struct {
 	opener wal.Opener
 }
 
-func newEnv(t *testing.T, async bool, opts ...wal.Option) *env {
+// newEnv builds the adaptor over a memory backend; shuffled makes the
+// backend report outcomes out of call order (the adaptor must restore it).
+func newEnv(t *testing.T, shuffled bool, opts ...wal.Option) *env {
 	t.Helper()
 	mem := memory.NewBuilder()
-	mem.EnableAsyncAppend(async)
+	if shuffled {
+		mem.ShuffleAcks(uint64(time.Now().UnixNano()) | 1)
+	}
 	opts = append([]wal.Option{wal.WithRetry(time.Millisecond, 5*time.Millisecond, 10)}, opts...)
 	op, err := wal.NewOpenerBuilder(mem, opts...).Build()
 	if err != nil {
@@ -84,7 +88,7 @@ func readAll(t *testing.T, w wal.WAL) []message.ImmutableMessage {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := w.Read(ctx, wal.ReadOption{VChannel: "test", DeliverPolicy: wal.DeliverAll()})
+	s, err := w.Read(ctx, wal.ReadOption{Name: "test", DeliverPolicy: wal.DeliverAll()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,9 +141,9 @@ func (h *hookCounter) hook(_ string, _ *message.MutableMessage, st memory.Stage)
 }
 
 func TestTransientErrorRetried(t *testing.T) {
-	for _, async := range []bool{false, true} {
-		t.Run(fmt.Sprintf("async=%v", async), func(t *testing.T) {
-			e := newEnv(t, async)
+	for _, shuffled := range []bool{false, true} {
+		t.Run(fmt.Sprintf("shuffled=%v", shuffled), func(t *testing.T) {
+			e := newEnv(t, shuffled)
 			h := &hookCounter{fail: 2, err: errTransient}
 			e.mem.SetAppendHook(h.hook)
 			w := e.open(t, "t/0000", 0)
@@ -192,9 +196,9 @@ func TestPermanentErrorNotRetried(t *testing.T) {
 }
 
 func TestFencedNotRetried(t *testing.T) {
-	for _, async := range []bool{false, true} {
-		t.Run(fmt.Sprintf("async=%v", async), func(t *testing.T) {
-			e := newEnv(t, async)
+	for _, shuffled := range []bool{false, true} {
+		t.Run(fmt.Sprintf("shuffled=%v", shuffled), func(t *testing.T) {
+			e := newEnv(t, shuffled)
 			ctx := context.Background()
 			w1 := e.open(t, "recovery/s", 1)
 			if _, err := w1.Append(ctx, msg("a")); err != nil {
@@ -294,9 +298,9 @@ func TestContextDeadlineStopsRetrying(t *testing.T) {
 // TestAsyncOrder: appends from one goroutine are stored and reported in call
 // order even with random backend delays, on both dispatch paths.
 func TestAsyncOrder(t *testing.T) {
-	for _, async := range []bool{false, true} {
-		t.Run(fmt.Sprintf("async=%v", async), func(t *testing.T) {
-			e := newEnv(t, async)
+	for _, shuffled := range []bool{false, true} {
+		t.Run(fmt.Sprintf("shuffled=%v", shuffled), func(t *testing.T) {
+			e := newEnv(t, shuffled)
 			var n atomic.Int64
 			e.mem.SetAppendHook(func(_ string, _ *message.MutableMessage, st memory.Stage) error {
 				if st == memory.BeforeStore && n.Add(1)%7 == 0 {
@@ -374,19 +378,15 @@ func TestPipelinedTransientFailureRetriedInOrder(t *testing.T) {
 	}
 }
 
-// TestPipelinedFailureBeforeStoredNotRetried: when a later append was already
-// stored, the failed earlier one is reported, not stored out of order.
+// TestPipelinedFailureBeforeStoredNotRetried: on a term-0 WAL, when a later
+// append was already stored, the failed earlier one is reported, not stored
+// out of order.
 func TestPipelinedFailureBeforeStoredNotRetried(t *testing.T) {
 	e := newEnv(t, true)
-	release := make(chan struct{})
 	var calls atomic.Int64
 	e.mem.SetAppendHook(func(_ string, m *message.MutableMessage, st memory.Stage) error {
-		if st != memory.BeforeStore {
-			return nil
-		}
-		if calls.Add(1) == 1 {
-			<-release // hold the first append until the others are queued
-			return errTransient
+		if st == memory.BeforeStore && calls.Add(1) == 1 {
+			return errTransient // the first fails, unstored; the others are stored
 		}
 		return nil
 	})
@@ -401,7 +401,6 @@ func TestPipelinedFailureBeforeStoredNotRetried(t *testing.T) {
 			wg.Done()
 		})
 	}
-	close(release)
 	wg.Wait()
 	if errs[0] == nil || !errors.Is(errs[0], errTransient) {
 		t.Fatalf("append 0: error %v, want the transient failure reported", errs[0])
@@ -417,13 +416,13 @@ func TestPipelinedFailureBeforeStoredNotRetried(t *testing.T) {
 }
 
 func TestCloseWaitsForAsyncAppends(t *testing.T) {
-	for _, async := range []bool{false, true} {
-		t.Run(fmt.Sprintf("async=%v", async), func(t *testing.T) {
-			e := newEnv(t, async)
+	for _, shuffled := range []bool{false, true} {
+		t.Run(fmt.Sprintf("shuffled=%v", shuffled), func(t *testing.T) {
+			e := newEnv(t, shuffled)
 			release := make(chan struct{})
 			e.mem.SetAppendHook(func(_ string, _ *message.MutableMessage, st memory.Stage) error {
-				if st == memory.BeforeStore {
-					<-release
+				if st == memory.AfterStore {
+					<-release // stored, reply held back
 				}
 				return nil
 			})
@@ -487,7 +486,7 @@ func TestMessageFilter(t *testing.T) {
 	e := newEnv(t, false)
 	w := e.open(t, "t/0000", 0)
 	ctx := context.Background()
-	s, err := w.Read(ctx, wal.ReadOption{VChannel: "odd", DeliverPolicy: wal.DeliverAll(), MessageFilter: []wal.MessageFilter{
+	s, err := w.Read(ctx, wal.ReadOption{Name: "odd", DeliverPolicy: wal.DeliverAll(), MessageFilter: []wal.MessageFilter{
 		func(m *message.ImmutableMessage) bool { n, _ := strconv.Atoi(string(m.Payload)); return n%2 == 1 },
 		func(m *message.ImmutableMessage) bool { return string(m.Payload) != "5" },
 	}})
@@ -565,7 +564,7 @@ func TestMessageHandler(t *testing.T) {
 		ids = append(ids, r.MessageID)
 	}
 	h := &recordingHandler{t: t}
-	s, err := w.Read(ctx, wal.ReadOption{VChannel: "h", DeliverPolicy: wal.DeliverStartAfter(ids[2]), MesasgeHandler: h,
+	s, err := w.Read(ctx, wal.ReadOption{Name: "h", DeliverPolicy: wal.DeliverStartAfter(ids[2]), MesasgeHandler: h,
 		MessageFilter: []wal.MessageFilter{func(m *message.ImmutableMessage) bool { return string(m.Payload) != "3" }}})
 	if err != nil {
 		t.Fatal(err)
@@ -732,9 +731,9 @@ func TestOpenErrors(t *testing.T) {
 // TestConcurrentAppendersReadBack: many goroutines mixing Append and
 // AppendAsync; each goroutine's messages are stored in its call order.
 func TestConcurrentAppendersReadBack(t *testing.T) {
-	for _, async := range []bool{false, true} {
-		t.Run(fmt.Sprintf("async=%v", async), func(t *testing.T) {
-			e := newEnv(t, async)
+	for _, shuffled := range []bool{false, true} {
+		t.Run(fmt.Sprintf("shuffled=%v", shuffled), func(t *testing.T) {
+			e := newEnv(t, shuffled)
 			w := e.open(t, "t/0000", 0)
 			const goroutines, per = 4, 100
 			var wg sync.WaitGroup
@@ -857,9 +856,9 @@ func TestPipelinedAppendsHeldDuringRecovery(t *testing.T) {
 // TestSmallAsyncWindow: with a window of 2 the callers block for room and
 // everything is stored in order.
 func TestSmallAsyncWindow(t *testing.T) {
-	for _, async := range []bool{false, true} {
-		t.Run(fmt.Sprintf("async=%v", async), func(t *testing.T) {
-			e := newEnv(t, async, wal.WithAsyncWindow(2))
+	for _, shuffled := range []bool{false, true} {
+		t.Run(fmt.Sprintf("shuffled=%v", shuffled), func(t *testing.T) {
+			e := newEnv(t, shuffled, wal.WithAsyncWindow(2))
 			w := e.open(t, "t/0000", 0)
 			const total = 200
 			var wg sync.WaitGroup

@@ -91,8 +91,9 @@ func TestMetricsAndLogging(t *testing.T) {
 	if got := counter(t, "consumerd_wal_scanner_messages_total", "") - scanned; got < 3 {
 		t.Errorf("scanner_messages_total grew by %v, want >= 3", got)
 	}
-	if got := histogramCount(t, "consumerd_wal_append_duration_seconds") - durations; got != 4 {
-		t.Errorf("append_duration_seconds count grew by %d, want 4", got)
+	// Latency is sampled one append in 8, starting with the first.
+	if got := histogramCount(t, "consumerd_wal_append_duration_seconds") - durations; got != 1 {
+		t.Errorf("append_duration_seconds count grew by %d, want 1 (the first of 4 appends)", got)
 	}
 	if out := logs.String(); !strings.Contains(out, "WAL fenced") || !strings.Contains(out, "channel=recovery/m") {
 		t.Errorf("log lacks the fencing warning with the channel:\n%s", out)

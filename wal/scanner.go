@@ -30,7 +30,7 @@ type scanner struct {
 	impl     walimpls.ScannerImpls
 	filters  []MessageFilter
 	handler  MessageHandler
-	out      ChanMessageHandler // nil with a caller's handler
+	out      ChanMessageHandler // Chan; nil with a caller's handler
 	ctx      context.Context
 	cancel   context.CancelFunc
 	parent   context.Context
@@ -53,9 +53,9 @@ func (w *walAdaptor) Read(ctx context.Context, opts ReadOption) (Scanner, error)
 		return nil, err
 	}
 	var impl walimpls.ScannerImpls
-	err := w.retry.do(ctx, w.closing, "read "+w.channel, func() error {
+	err := w.do(ctx, "read "+w.channel, func() error {
 		var err error
-		impl, err = w.impl.Read(ctx, walimpls.ReadOption{Name: opts.VChannel, DeliverPolicy: opts.DeliverPolicy})
+		impl, err = w.impl.Read(ctx, walimpls.ReadOption{Name: opts.Name, DeliverPolicy: opts.DeliverPolicy})
 		return err
 	})
 	if err != nil {
@@ -63,14 +63,14 @@ func (w *walAdaptor) Read(ctx context.Context, opts ReadOption) (Scanner, error)
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	s := &scanner{
-		w: w, name: opts.VChannel, impl: impl, filters: opts.MessageFilter,
+		w: w, name: opts.Name, impl: impl, filters: opts.MessageFilter,
 		handler: opts.MesasgeHandler, ctx: sctx, cancel: cancel, parent: ctx, done: make(chan struct{}),
 		delivered: scannerMessagesTotal.WithLabelValues(w.backend),
 		filtered:  scannerFilteredTotal.WithLabelValues(w.backend),
 	}
 	if s.handler == nil {
 		s.out = make(ChanMessageHandler, 128)
-		s.handler = s.out
+		s.handler = &chanHandler{out: s.out}
 	}
 	w.mu.Lock()
 	if w.closed {
@@ -130,12 +130,7 @@ func (s *scanner) keep(m *message.ImmutableMessage) bool {
 }
 
 func (s *scanner) run() {
-	var err error
-	if s.out != nil {
-		err = s.forward()
-	} else {
-		err = s.loop()
-	}
+	err := s.loop()
 	s.impl.Close()
 	s.handler.Close()
 	s.mu.Lock()
@@ -163,59 +158,40 @@ func (s *scanner) run() {
 	close(s.done)
 }
 
-// loop drives the handler until it reports an error.
+// loop drives the handler until it reports an error: every message, Chan
+// delivery included, goes through MessageHandler.Handle. The message held
+// between taking it and delivering it lives in the scanner (no heap copy per
+// message), and a handler may return Incoming pointing into its own storage.
 func (s *scanner) loop() error {
-	var pending *message.ImmutableMessage
+	var held message.ImmutableMessage
+	holding := false
 	for {
-		p := HandleParam{Ctx: s.ctx, Message: pending}
-		if pending == nil {
+		p := HandleParam{Ctx: s.ctx}
+		if holding {
+			p.Message = &held
+		} else {
 			p.Upstream = s.impl.Chan()
 		}
 		res := s.handler.Handle(p)
-		if res.MessageHandled && pending != nil {
+		if res.MessageHandled && holding {
 			s.delivered.Inc()
-			pending = nil
+			holding = false
+			held = message.ImmutableMessage{}
 		}
 		if res.Incoming != nil {
-			if pending != nil {
+			if holding {
 				return fmt.Errorf("wal: scanner %q on %q: handler took a message from Upstream while still holding one", s.name, s.w.channel)
 			}
-			if s.keep(res.Incoming) {
-				pending = res.Incoming
+			held = *res.Incoming
+			if s.keep(&held) {
+				holding = true
 			} else {
 				s.filtered.Inc()
+				held = message.ImmutableMessage{}
 			}
 		}
 		if res.Error != nil {
 			return res.Error
-		}
-	}
-}
-
-// forward is loop specialised to the default ChanMessageHandler (s.out): the
-// same protocol — take a message, filter it, send it, all cut short by ctx —
-// without a HandleParam/HandleResult round and a heap copy per message, so a
-// Chan reader runs close to the backend's own rate.
-func (s *scanner) forward() error {
-	up := s.impl.Chan()
-	for {
-		select {
-		case <-s.ctx.Done():
-			return s.ctx.Err()
-		case msg, ok := <-up:
-			if !ok {
-				return ErrUpstreamClosed
-			}
-			if !s.keep(&msg) {
-				s.filtered.Inc()
-				continue
-			}
-			select {
-			case s.out <- msg:
-				s.delivered.Inc()
-			case <-s.ctx.Done():
-				return s.ctx.Err()
-			}
 		}
 	}
 }
@@ -229,10 +205,29 @@ type ChanMessageHandler chan message.ImmutableMessage
 // Upstream yielding a message (Incoming) or closing (ErrUpstreamClosed), or
 // the held Message being sent on the channel (MessageHandled).
 func (h ChanMessageHandler) Handle(p HandleParam) HandleResult {
-	var send chan message.ImmutableMessage
+	return handleChan(p, h, new(message.ImmutableMessage))
+}
+
+// Close closes the channel.
+func (h ChanMessageHandler) Close() { close(h) }
+
+// chanHandler is the ChanMessageHandler a scanner uses for its own Chan,
+// with a buffer for Incoming so that a step costs no allocation.
+type chanHandler struct {
+	out ChanMessageHandler
+	buf message.ImmutableMessage
+}
+
+func (h *chanHandler) Handle(p HandleParam) HandleResult { return handleChan(p, h.out, &h.buf) }
+func (h *chanHandler) Close()                            { h.out.Close() }
+
+// handleChan is one step of a channel handler; a message taken from
+// Upstream is returned in *buf.
+func handleChan(p HandleParam, out chan<- message.ImmutableMessage, buf *message.ImmutableMessage) HandleResult {
+	var send chan<- message.ImmutableMessage
 	var m message.ImmutableMessage
 	if p.Message != nil {
-		send, m = h, *p.Message
+		send, m = out, *p.Message
 	}
 	select {
 	case <-p.Ctx.Done():
@@ -241,11 +236,9 @@ func (h ChanMessageHandler) Handle(p HandleParam) HandleResult {
 		if !ok {
 			return HandleResult{Error: ErrUpstreamClosed}
 		}
-		return HandleResult{Incoming: &msg}
+		*buf = msg
+		return HandleResult{Incoming: buf}
 	case send <- m:
 		return HandleResult{MessageHandled: true}
 	}
 }
-
-// Close closes the channel.
-func (h ChanMessageHandler) Close() { close(h) }

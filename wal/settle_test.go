@@ -1,13 +1,13 @@
 package wal
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
+
+	"github.com/cockroachdb/datadriven"
 
 	"github.com/consumerd/consumerd/wal/walimpls"
 )
@@ -32,44 +32,25 @@ func parseOutcome(s string) (settleOutcome, error) {
 	return settleOutcome{}, fmt.Errorf("unknown outcome %q", s)
 }
 
+// TestPlanSettle runs testdata/settle: "plan [chained]" with a drained
+// window's outcomes in call order as input, the actions as output.
 func TestPlanSettle(t *testing.T) {
-	f, err := os.Open("testdata/settle.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	cases := 0
-	for line := 1; sc.Scan(); line++ {
-		text := strings.TrimSpace(sc.Text())
-		if text == "" || strings.HasPrefix(text, "#") {
-			continue
-		}
-		in, want, ok := strings.Cut(text, "->")
-		if !ok {
-			t.Fatalf("settle.txt:%d: no '->' in %q", line, text)
+	datadriven.RunTest(t, "testdata/settle", func(t *testing.T, d *datadriven.TestData) string {
+		if d.Cmd != "plan" {
+			d.Fatalf(t, "unknown command %q", d.Cmd)
 		}
 		var outs []settleOutcome
-		for _, w := range strings.Fields(in) {
+		for _, w := range strings.Fields(d.Input) {
 			o, err := parseOutcome(w)
 			if err != nil {
-				t.Fatalf("settle.txt:%d: %v", line, err)
+				d.Fatalf(t, "%v", err)
 			}
 			outs = append(outs, o)
 		}
 		var got []string
-		for _, a := range planSettle(outs) {
+		for _, a := range planSettle(outs, d.HasArg("chained")) {
 			got = append(got, a.String())
 		}
-		if g, w := strings.Join(got, " "), strings.Join(strings.Fields(want), " "); g != w {
-			t.Errorf("settle.txt:%d: %s -> %s, want %s", line, strings.TrimSpace(in), g, w)
-		}
-		cases++
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if cases == 0 {
-		t.Fatal("no cases in testdata/settle.txt")
-	}
+		return strings.Join(got, " ") + "\n"
+	})
 }

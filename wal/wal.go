@@ -44,9 +44,11 @@ type MessageFilter func(msg *message.ImmutableMessage) bool
 
 // ReadOption configures a Scanner.
 type ReadOption struct {
-	// VChannel names the reader (kept from Milvus, where it selects a virtual
-	// channel); here it names the scanner in logs and metrics.
-	VChannel string
+	// Name names the scanner in logs and metrics. (Milvus's ReadOption has
+	// VChannel here, which selects a virtual channel of a physical one; a
+	// consumerd WAL is one channel, so all the field can do is name the
+	// reader, and it is called what it is.)
+	Name string
 	// DeliverPolicy is where the scanner starts.
 	DeliverPolicy DeliverPolicy
 	// MessageFilter drops messages for which any filter returns false.
@@ -71,7 +73,9 @@ type HandleParam struct {
 	// Upstream yields the next message from the backend, in id order; it is
 	// closed when the backend scanner stops. Nil when Message is set.
 	Upstream <-chan message.ImmutableMessage
-	// Message is the next message to deliver, already filtered, or nil.
+	// Message is the next message to deliver, already filtered, or nil. It
+	// points into the scanner's storage: valid during the call (copy the
+	// message to keep it).
 	Message *message.ImmutableMessage
 }
 
@@ -83,9 +87,10 @@ type HandleParam struct {
 // neither MessageHandled nor Error is called again with the same Message.
 type HandleResult struct {
 	// Incoming is the message the handler took from Upstream; the scanner
-	// filters it and, if kept, passes it back as HandleParam.Message. Must be
-	// nil when HandleParam.Message was set (the scanner then stops with an
-	// error).
+	// copies it before the next Handle call (so it may point into the
+	// handler's own storage), filters it and, if kept, passes it back as
+	// HandleParam.Message. Must be nil when HandleParam.Message was set (the
+	// scanner then stops with an error).
 	Incoming *message.ImmutableMessage
 	// MessageHandled says HandleParam.Message was consumed (delivered); the
 	// next call gets Upstream.
@@ -112,37 +117,43 @@ type MessageHandler interface {
 //
 // Appends from one goroutine are stored in call order. Append blocks until the
 // message is durable or fails; AppendAsync returns at once and calls cb
-// exactly once, from another goroutine. Transient backend errors are retried
-// with backoff; ErrFenced, ErrClosed, ErrTruncated, a cancelled or expired
-// context and errors marked walimpls.Permanent are never retried.
-// After ErrFenced or Close the WAL is unavailable: Available is closed and
-// every later append fails (with ErrFenced, respectively ErrClosed).
+// exactly once. Transient backend errors are retried with the one retry
+// policy (internal/retry; WithRetry); ErrFenced, ErrClosed, ErrTruncated, a
+// cancelled or expired context and errors marked walimpls.Permanent are
+// never retried. After ErrFenced or Close the WAL is unavailable: Available
+// is closed and every later append fails (with ErrFenced, respectively
+// ErrClosed).
 //
 // Async appends: AppendAsync hands the message to the backend on the
-// caller's goroutine (when the backend pipelines, i.e. implements
-// walimpls.AsyncAppender) or queues it for the WAL's dispatcher goroutine,
-// and returns. It blocks only for backpressure (the async window is full:
-// then until it has drained to three quarters; or the queue is full) and
-// then at most until ctx ends. cb is called exactly once. Outcomes of
-// accepted appends are reported in the order the appends were accepted
-// (for one goroutine, its call order), one at a time, never concurrently.
-// cb runs on the goroutine that completes the append: with a pipelining
-// backend, normally the backend's acknowledgement goroutine (for JetStream
-// the connection's ack goroutine, shared by every WAL of the connection),
-// after a transient failure a WAL-owned recovery goroutine, or the
+// caller's goroutine (appends of one goroutine are stored in call order) and
+// returns. It blocks only for backpressure (the async window is full: then
+// until it has drained to three quarters) and then at most until ctx ends.
+// cb is called exactly once. Outcomes are reported in the order the appends
+// were accepted (for one goroutine, its call order), one at a time, never
+// concurrently — whatever order the backend reported them in. cb runs on the
+// goroutine that completes the append: normally the backend's reply
+// goroutine (for JetStream the connection's, shared by every WAL of the
+// connection), after a failure a WAL-owned recovery goroutine, or the
 // goroutine of an AppendAsync call whose append completed during its
-// hand-off; with any other backend the dispatcher goroutine. So cb must not
-// block (it would stall acknowledgements), must not call Close of the same
-// WAL, and must not call AppendAsync/Append of the same WAL (that can wait
-// for room only the blocked goroutine frees). When the append is refused at
-// once (WAL closed or fenced, ctx ended before it was accepted) cb runs on
-// the caller's goroutine before AppendAsync returns. Append is AppendAsync
-// plus waiting, so sync and async appends from one goroutine are stored in
-// call order too. A retried append whose earlier attempt was stored but not
-// acknowledged is stored twice unless msg.DedupeID is set and the backend
-// deduplicates. A pipelined append that failed transiently after a later
-// append was already stored is reported as failed, not retried, since a
-// retry would store it out of order.
+// hand-off. So cb must not block (it would stall replies), must not call
+// Close of the same WAL, and must not call AppendAsync/Append of the same WAL
+// (that can wait for room only the blocked goroutine frees). An append
+// refused at once — the WAL closed, or fenced with nothing earlier still to
+// report — has cb run on the caller's goroutine before AppendAsync returns
+// (a refusal because of Close may so come before the outcomes of appends
+// still in flight). Append is AppendAsync plus waiting, so sync and async
+// appends from one goroutine are stored in call order too.
+//
+// Retries and order: a fenced WAL (term > 0) gives every append a DedupeID
+// when the caller did not, so a retried append whose earlier attempt was
+// stored is acknowledged, not stored twice; and what it stores stays a
+// prefix of what was accepted: once an append fails for good, every later
+// append in flight fails too ("not appended because an earlier append
+// failed", wrapping that failure). A term-0 WAL (many concurrent writers)
+// stores a retried append twice unless msg.DedupeID is set and the backend
+// deduplicates; there an append that failed transiently after a later one was
+// already stored is reported as failed, not retried, since a retry would
+// store it out of order.
 type WAL interface {
 	// WALName is the backend's name.
 	WALName() string

@@ -15,10 +15,10 @@
 // two minutes, nats-server's default), so a machine crash — not a process crash
 // — can lose the last appends. Config.SyncAlways makes the store fsync every
 // write before the acknowledgement: no acknowledged append is lost on power
-// failure, at the cost of one fsync per store write. Measured here
-// (BenchmarkSyncAlways: pipelined 100-byte PublishAsync, 2 cores, the build
-// machine's disk): about 4.5k appends/s with SyncAlways against about 290k/s
-// with the default — roughly 60 times slower. Use it for a single embedded
+// failure, at the cost of one fsync per store write — pipelined small
+// appends run one to two orders of magnitude slower (BenchmarkSyncAlways
+// measures it against the default on the machine at hand). Use it for a
+// single embedded
 // server whose data must survive power loss; production clusters with R=3
 // replicas usually rely on replication instead.
 package embednats

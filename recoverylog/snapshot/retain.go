@@ -163,7 +163,7 @@ func firstID(ctx context.Context, log wal.WAL) message.MessageID {
 	if err != nil || last == 0 {
 		return 0
 	}
-	sc, err := log.Read(ctx, wal.ReadOption{VChannel: "snapshot-retain", DeliverPolicy: wal.DeliverAll()})
+	sc, err := log.Read(ctx, wal.ReadOption{Name: "snapshot-retain", DeliverPolicy: wal.DeliverAll()})
 	if err != nil {
 		return 0
 	}

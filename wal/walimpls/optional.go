@@ -7,24 +7,33 @@ import (
 	"github.com/consumerd/consumerd/wal/message"
 )
 
-// AsyncAppender is an optional interface a WALImpls may implement to let the
-// adaptor pipeline asynchronous appends (JetStream implements it with
-// PublishAsync).
+// AsyncAppender is an optional interface a WALImpls implements to pipeline
+// appends (both backends do; the adaptor runs a backend without it through
+// the same pipeline, one append completing per hand-off).
 //
-// Contract:
-//   - Messages passed by successive AppendAsync calls from one goroutine are
-//     stored in call order relative to each other (a message is never stored
-//     before one passed to an earlier call, though either may fail).
+// Contract (checked by walimplstest's Async section):
 //   - cb is called exactly once per call, with the assigned id or an error,
-//     possibly from another goroutine and possibly before AppendAsync returns.
-//     The adaptor's callback records the outcome and may go on to run its
-//     callers' callbacks (which must not block) on the same goroutine; it
-//     never waits for another acknowledgement, so the backend may call cb on
-//     the goroutine that processes acknowledgements.
-//   - Errors are as for Append: ErrFenced once the term was superseded (and
-//     for every later call), an error wrapping ErrClosed after Close, a ctx
-//     error when ctx ended first (the message may or may not have been stored).
+//     from any goroutine — possibly before AppendAsync returns — and in any
+//     order relative to other calls' callbacks: the backend reports each
+//     outcome as it arrives and keeps no queue to order them; the adaptor
+//     puts them back in call order. cb never blocks on another reply, so the
+//     backend may call it on the goroutine that processes replies.
+//   - Appends passed by successive calls from one goroutine are stored in
+//     call order: when both succeed, the earlier call has the lower id.
+//   - A fenced writer (term > 0) keeps what it stored a prefix of its calls:
+//     after an append fails (for any reason), an append handed in while
+//     outcomes of earlier ones are still unreported fails unstored, with a
+//     retryable error. Once every outcome is reported, the next append (the
+//     caller's re-send of the first failed one, in order) starts afresh.
+//     Re-sends keep the message's DedupeID, so one whose reply was lost is
+//     acknowledged with its original id, not stored twice.
+//   - Errors are as for Append: ErrFenced once the term was superseded (a
+//     backend may first fail retryably, see ErrFenced), an error wrapping
+//     ErrClosed after Close, a ctx error when ctx ended before the message
+//     was sent.
 //   - AppendAsync may block to apply backpressure, but returns when ctx ends.
+//   - Close waits for (or, after a bound, fails) the appends in flight: each
+//     is still reported.
 type AsyncAppender interface {
 	AppendAsync(ctx context.Context, msg message.MutableMessage, cb func(message.MessageID, error))
 }

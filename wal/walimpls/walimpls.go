@@ -10,7 +10,10 @@ import (
 // ErrFenced is returned by Append on a WAL whose term has been superseded: a
 // writer opened the same channel with a higher term. Once an Append of a WAL
 // has returned ErrFenced, every later Append of that WAL returns it too.
-// Callers must never retry it.
+// Callers must never retry it. A backend may fail the first appends after
+// the fence with a retryable error instead (it learns of the fence only when
+// it re-reads the channel); a re-send then returns ErrFenced. Either way no
+// append of a superseded writer is stored.
 var ErrFenced = errors.New("wal: writer fenced by a higher term")
 
 // ErrTruncated is returned (wrapped) by Read, or reported by a scanner's
@@ -73,9 +76,10 @@ type OpenOption struct {
 	Channel string
 	// Term fences writers. Zero opens an unfenced WAL (readers, topic
 	// publishers). A non-zero term higher than any seen on the channel fences
-	// every WAL opened with a lower term: from the moment Open returns, their
-	// Appends fail with ErrFenced. Opening with a term lower than the
-	// channel's current term succeeds, but its appends fail with ErrFenced.
+	// every WAL opened with a lower term: from the moment Open returns, none
+	// of their appends is stored and they fail with ErrFenced (see ErrFenced
+	// for a first retryable failure). Opening with a term lower than the
+	// channel's current term succeeds, but its appends fail the same way.
 	Term uint64
 }
 

@@ -275,7 +275,7 @@ func walScan(b *testing.B, w wal.WAL, n int) float64 {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	start := time.Now()
-	s, err := w.Read(ctx, wal.ReadOption{VChannel: "bench", DeliverPolicy: wal.DeliverAll()})
+	s, err := w.Read(ctx, wal.ReadOption{Name: "bench", DeliverPolicy: wal.DeliverAll()})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -116,7 +116,7 @@ type opener struct {
 	// pend maps each published, unacknowledged message to its append, for
 	// the ack handlers.
 	pend [pendShards]pendShard
-	// fast publishes term-0 appends on core NATS (see fastappend.go).
+	// fast publishes term-0 appends on core NATS (see unfenced.go).
 	fast fastPub
 	// maxPayload caches the server's max_payload (refreshed on reconnect),
 	// read on every append without taking the connection's lock.
@@ -165,7 +165,6 @@ func (o *opener) Open(ctx context.Context, opt *walimpls.OpenOption) (walimpls.W
 	}
 	o.wals[w] = struct{}{}
 	o.mu.Unlock()
-	w.start()
 	return w, nil
 }
 

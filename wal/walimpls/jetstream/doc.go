@@ -32,43 +32,54 @@
 // ErrFenced; if T == F the writer continues the channel (a reopen).
 //
 // Appends of a term > 0 are conditional and form a chain: each carries a
-// unique Nats-Msg-Id (the caller's DedupeID if set) and is conditional on its
-// predecessor being the last message stored (Nats-Expected-Last-Msg-Id); the
-// first append after Open or a resync is conditional on the stream's last
-// sequence instead (Nats-Expected-Last-Sequence: the fence's sequence, or
-// the last sequence read). The writer keeps the chain itself, so appends
+// Nats-Msg-Id (the caller's DedupeID — the wal adaptor gives every fenced
+// append one — or a generated id) and is conditional on its predecessor
+// being the last message stored (Nats-Expected-Last-Msg-Id); the first
+// append after Open or a resync is conditional on the stream's last
+// sequence instead (Nats-Expected-Last-Sequence: the fence's sequence, or the
+// last sequence read). The writer keeps the chain itself, so appends
 // pipeline without waiting for each other (the server checks them in order;
 // on replicated streams too). Any record stored by someone else — a newer
 // term's fence, another writer's append — breaks the chain, and then every
-// append sent after it is rejected as well (chaining on sequences alone would
-// let the append after a rejected one match the sequence the foreign record
-// took). On a rejection the writer holds new appends, collects the outcome of
-// those in flight, reads the stream's last sequence and then the fence term:
-// a higher term means ErrFenced, for this and every later append; otherwise
-// another writer of the same or no term appended, and the rejected appends
-// are re-sent in call order (at most 8 times each; a re-send keeps its
-// Nats-Msg-Id, so one whose outcome was unknown is not stored twice).
+// append sent after it is rejected as well (chaining on sequences alone
+// would let the append after a rejected one match the sequence the foreign
+// record took). So what a fenced writer stores is always a prefix of its
+// calls.
+//
+// The backend does not retry (fenced.go). Any failure breaks the chain; a
+// rejection because the stream moved fails with a retryable error
+// (errConflict), and appends handed in while outcomes of earlier ones are
+// still on their way fail at once, unsent, also retryably. Once every
+// outcome is in, the next append resynchronises — reads the stream's last
+// sequence and then the fence term — and fails with ErrFenced if a higher
+// term exists, or starts a new chain there. The wal adaptor re-sends the
+// failed appends in call order with its one retry policy; a re-send keeps
+// its Nats-Msg-Id, so one that was stored although its reply was lost is
+// acknowledged as a duplicate with its original sequence (the server checks
+// duplicates before the expected last message id).
 //
 // Term-0 appends (topic publishers) are unconditional: any number of
 // concurrent term-0 appenders may share a channel, and fencing applies only to
 // writers with a term > 0. A term-0 append on a fenced channel is stored; it
-// only makes the fenced writer re-send (consumerd never does this: topic
-// partitions are written with term 0, recovery logs only by their fenced
-// primary).
+// only breaks the fenced writer's chain, which then re-sends (consumerd never
+// does this: topic partitions are written with term 0, recovery logs only by
+// their fenced primary).
 //
 // Cost: every fenced append carries the chain headers and a Nats-Msg-Id,
 // which the server remembers for Config.DuplicateWindow (about 100 bytes
-// each). Measured here (BenchmarkAppendFenced, 100-byte messages, one
-// embedded server, 2 cores) the chained protocol runs at roughly half the
-// rate of unconditional appends, in raw nats.go and through this backend
-// alike; with recovery-log records of many KiB the difference shrinks. Lower
-// the window for very high fenced append rates.
+// each); the chained protocol runs below the rate of unconditional appends,
+// in raw nats.go and through this backend alike (BenchmarkAppendFenced
+// compares the two in one run). Lower the window for very high fenced append
+// rates.
 //
 // # Acknowledgements
 //
-// Term-0 appends (the topic publishers' path) bypass nats.go's async
-// publisher: the opener publishes them on core NATS with a reply subject of
-// its own, "<inbox>.<token>" (one inbox per connection, subscribed once with a
+// The backend reports each append's outcome as it arrives, on the goroutine
+// that learns it, and keeps no queue to order them: the wal adaptor does.
+//
+// Term-0 appends (unfenced.go) bypass nats.go's async publisher: the opener
+// publishes them on core NATS with a reply subject of its own,
+// "<inbox>.<token>" (one inbox per connection, subscribed once with a
 // wildcard; the token counts appends), keeps them in its own table keyed by
 // token, and decodes each PubAck with a small hand-written parser of the
 // common forms ({"stream":..,"seq":..} with or without "duplicate":true;
@@ -77,30 +88,27 @@
 // Config.MaxPending term-0 appends are in flight per connection; further ones
 // block until a slot frees (or their context ends, or Close gives up on the
 // WAL). A no-responders reply (no stream captures the subject yet, e.g. a
-// replicated stream just created) is re-sent twice, 250 ms apart, as nats.go
-// does, and then fails (retryably) with jetstream.ErrNoStreamResponse. A
-// disconnect fails every term-0 append in flight with nats.ErrDisconnected
-// (retryable; their acknowledgements are lost).
+// replicated stream just created) fails the append retryably with
+// jetstream.ErrNoStreamResponse. A disconnect fails every term-0 append in
+// flight with nats.ErrDisconnected (retryable; their acknowledgements are
+// lost).
 //
-// Fenced appends (term > 0) are published with PublishMsgAsync and settled
-// by the connection's ack handlers; a fenced writer's callbacks run from the
-// WAL's goroutine, in call order. Nothing waits per append, so async appends
-// through the wal adaptor run close to raw PublishAsync speed (term 0: about
-// 0.95 of it, BenchmarkAppend).
+// Fenced appends (term > 0, fenced.go) are published with PublishMsgAsync and
+// reported by the connection's ack handlers. Nothing waits per append.
 //
 // The wait for an acknowledgement is bounded by one watchdog goroutine per
-// connection (owned by the opener, stopped by Close) rather than a timer per
-// append: appends record the watchdog's tick count (AckTimeout/4 per tick),
-// and every append that has waited longer than AckTimeout (it fails between
-// 1 and about 1.25 AckTimeout after it was sent) fails with a retryable error
-// wrapping ErrJetStreamPublisherClosed (the wal adaptor retries it; like any
-// append whose outcome is unknown, one that was stored may be stored again
-// unless it carries a DedupeID — the same as nats.go's per-append timeout
-// gave). Term-0 appends are failed individually; for fenced appends the
-// watchdog calls CleanupPublisher, which fails every fenced append of the
-// connection still waiting. So a lost acknowledgement — a cluster leader
-// change without a reconnect — never stalls the connection. Acknowledgements
-// of appends already failed are ignored.
+// connection (watchdog.go; owned by the opener, stopped by Close) rather than
+// a timer per append: appends record the watchdog's tick count (AckTimeout/4
+// per tick), and every append that has waited longer than AckTimeout (it
+// fails between 1 and about 1.25 AckTimeout after it was sent) fails with a
+// retryable error wrapping ErrJetStreamPublisherClosed (the wal adaptor
+// retries it; like any append whose outcome is unknown, one that was stored
+// may be stored again unless it carries a DedupeID). Term-0 appends are
+// failed individually; for fenced appends the watchdog calls
+// CleanupPublisher, which fails every fenced append of the connection still
+// waiting. So a lost acknowledgement — a cluster leader change without a
+// reconnect — never stalls the connection. Acknowledgements of appends
+// already failed are ignored.
 //
 // # Truncation
 //

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -18,7 +17,7 @@ import (
 	"github.com/consumerd/consumerd/wal/walimpls"
 )
 
-// The term-0 append path.
+// Term-0 appends (topic publishers).
 //
 // Term-0 appends are unconditional, so they need none of nats.go's
 // PublishMsgAsync bookkeeping: the opener publishes them on core NATS with a
@@ -33,8 +32,11 @@ import (
 // its WAL is killed by Close. The watchdog fails entries that waited longer
 // than AckTimeout; a disconnect fails every entry (nats.ErrDisconnected, like
 // nats.go's async publisher); WAL.Close fails the WAL's entries left after
-// its drain timeout. An acknowledgement for an entry already failed is
-// ignored.
+// its drain timeout; a no-responders reply (no stream captures the subject
+// yet, e.g. a replicated stream just created) fails the entry with
+// jetstream.ErrNoStreamResponse. All of these are retryable: the wal
+// adaptor retries them with its one policy. An acknowledgement for an entry
+// already failed is ignored.
 
 // fastShards spreads the term-0 pending table over independently locked
 // shards (token modulo fastShards).
@@ -144,9 +146,6 @@ func (o *opener) onFastReply(m *nats.Msg) {
 		return
 	}
 	seq, err := parsePubAck(m)
-	if errors.Is(err, jetstream.ErrNoStreamResponse) && o.retryNoResponders(tok) {
-		return
-	}
 	p := f.take(tok)
 	if p == nil {
 		return // failed already (ack timeout, disconnect, Close)
@@ -156,40 +155,6 @@ func (o *opener) onFastReply(m *nats.Msg) {
 		return
 	}
 	p.w.finish(p, message.MessageID(seq), nil)
-}
-
-// retryNoResponders re-sends the append of tok after a no-responders reply
-// (a replicated stream just created may not answer yet), as nats.go's
-// PublishMsgAsync does: up to jetstream.DefaultPubRetryAttempts times,
-// jetstream.DefaultPubRetryWait apart. It reports false when the append is
-// not (or no longer) waiting or has no retry left; the caller then fails it.
-func (o *opener) retryNoResponders(tok uint64) bool {
-	f := &o.fast
-	sh := f.shard(tok)
-	sh.mu.Lock()
-	p := sh.m[tok]
-	retry := p != nil && p.tries < jetstream.DefaultPubRetryAttempts
-	if retry {
-		p.tries++
-	}
-	sh.mu.Unlock()
-	if !retry {
-		return false
-	}
-	time.AfterFunc(jetstream.DefaultPubRetryWait, func() {
-		sh.mu.Lock()
-		waiting := sh.m[tok] == p
-		sh.mu.Unlock()
-		if !waiting {
-			return // failed meanwhile (ack timeout, disconnect, Close)
-		}
-		if err := o.nc.PublishMsg(p.m); err != nil {
-			if f.take(tok) != nil {
-				p.w.finish(p, 0, fmt.Errorf("jetstream: append to channel %q on %s: re-sending after no responders: %w", p.w.n.channel, o.cfg.URL, err))
-			}
-		}
-	})
-	return true
 }
 
 // pubAckResponse is the full form of a publish reply.

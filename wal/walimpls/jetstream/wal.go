@@ -24,12 +24,11 @@ const (
 	metaTruncated = "consumerd.truncated" // the id Truncate removed everything below
 )
 
-// maxConflictRetries bounds how often one append of a fenced writer is
-// re-sent after another writer of the same (or no) term moved the stream's
-// last sequence under it.
-const maxConflictRetries = 8
+// maxFenceConflicts bounds how often Open re-reads the fence after another
+// writer's fence record landed first.
+const maxFenceConflicts = 8
 
-// walImpl is one open channel. See append.go for the append pipeline.
+// walImpl is one open channel. See append.go for the append paths.
 type walImpl struct {
 	o    *opener
 	n    names
@@ -41,26 +40,21 @@ type walImpl struct {
 	closed    bool
 	fencedErr error // set once fenced; wraps walimpls.ErrFenced
 	scanners  map[*scanner]struct{}
-	started   bool
 
-	// Term-0 appends: acknowledged straight from the connection's ack
-	// handler; inflight counts them for Close.
+	// inflight counts appends accepted and not yet reported, for Close.
 	inflight sync.WaitGroup
+	kill     chan struct{} // closed when Close gives up waiting for replies
 
-	// Fenced writers (term > 0): appends are queued in call order and
-	// settled by the ack handler; run reports them in order and resyncs.
-	expected  uint64     // stream last sequence the next append expects, when chain is ""
-	chain     string     // Nats-Msg-Id of the append sent last ("" right after a sync)
-	idPrefix  string     // unique prefix of generated Nats-Msg-Ids
-	idSeq     uint64     // counter behind idPrefix
-	resyncing bool       // appends wait in held
-	held      []*pending // appends made during a resync
-	queue     []*pending // sent (or failed) appends, in call order
-
-	wake     chan struct{} // nudges run; capacity 1
-	closing  chan struct{} // closed by Close: run drains the queue and exits
-	kill     chan struct{} // closed if draining takes too long: stop waiting for acks
-	loopDone chan struct{}
+	// Fenced writers (term > 0), see fenced.go. sendMu serialises sends and
+	// guards the chain; cmu guards what the reply handlers update too.
+	sendMu   sync.Mutex
+	expected uint64 // stream last sequence the next append expects, when chain is ""
+	chain    string // Nats-Msg-Id of the append sent last ("" right after a sync)
+	idPrefix string // unique prefix of generated Nats-Msg-Ids
+	idSeq    uint64 // counter behind idPrefix
+	cmu      sync.Mutex
+	sent     int  // appends sent whose outcome was not reported yet
+	broken   bool // an append failed since the last resync
 }
 
 var (
@@ -77,21 +71,16 @@ func newWAL(o *opener, n names, st jetstream.Stream, term uint64) *walImpl {
 		log:      o.log.With("channel", n.channel, "term", term),
 		idPrefix: randomID(),
 		scanners: map[*scanner]struct{}{},
-		wake:     make(chan struct{}, 1),
-		closing:  make(chan struct{}),
 		kill:     make(chan struct{}),
-		loopDone: make(chan struct{}),
 	}
 }
 
-func (w *walImpl) start() {
-	w.mu.Lock()
-	w.started = true
-	w.mu.Unlock()
-	if w.term > 0 {
-		go w.run()
-	} else {
-		close(w.loopDone)
+func (w *walImpl) killed() bool {
+	select {
+	case <-w.kill:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -137,7 +126,7 @@ func (w *walImpl) lastSeqAndFence(ctx context.Context) (last, term uint64, err e
 // fence record it read, so racing fences are ordered), or notes that a higher
 // term already fenced it.
 func (w *walImpl) fence(ctx context.Context) error {
-	for attempt := 0; attempt < maxConflictRetries; attempt++ {
+	for attempt := 0; attempt < maxFenceConflicts; attempt++ {
 		fseq, fterm, err := w.readFence(ctx)
 		if err != nil {
 			return err
@@ -173,25 +162,7 @@ func (w *walImpl) fence(ctx context.Context) error {
 		}
 		// Another fence landed first; look again.
 	}
-	return fmt.Errorf("jetstream: channel %q: could not write fence record for term %d: %d conflicting fences", w.n.channel, w.term, maxConflictRetries)
-}
-
-// errCodeWrongLastMsgID is the server's JSStreamWrongLastMsgIDErrF (nats.go
-// has no constant for it).
-const errCodeWrongLastMsgID jetstream.ErrorCode = 10070
-
-// isWrongLastSeq reports a conditional append rejected because the stream
-// moved: wrong last sequence (single server or replicated) or wrong last
-// Nats-Msg-Id.
-func isWrongLastSeq(err error) bool {
-	var jsErr jetstream.JetStreamError
-	if errors.As(err, &jsErr) && jsErr.APIError() != nil {
-		switch jsErr.APIError().ErrorCode {
-		case jetstream.JSErrCodeStreamWrongLastSequence, jetstream.JSErrCodeStreamWrongLastSequenceConstant, errCodeWrongLastMsgID:
-			return true
-		}
-	}
-	return false
+	return fmt.Errorf("jetstream: channel %q: could not write fence record for term %d: %d conflicting fences", w.n.channel, w.term, maxFenceConflicts)
 }
 
 // LastID is the sequence of the last message on the data subject, or 0.
@@ -270,30 +241,25 @@ func (w *walImpl) Close() {
 	for s := range w.scanners {
 		scanners = append(scanners, s)
 	}
-	started := w.started
 	w.mu.Unlock()
-	close(w.closing)
 	for _, s := range scanners {
 		_ = s.Close()
 	}
-	if started {
-		drained := make(chan struct{})
-		go func() { // owned here: ends when the last in-flight term-0 append settles
-			w.inflight.Wait()
-			<-w.loopDone
-			close(drained)
-		}()
-		t := time.NewTimer(w.o.cfg.AckTimeout + time.Second)
-		select {
-		case <-drained:
-		case <-t.C:
-			w.log.Warn("appends still unacknowledged at close; failing them")
-			close(w.kill)
-			w.o.failPending(w, fmt.Errorf("jetstream: append to channel %q: no acknowledgement before close: %w", w.n.channel, walimpls.ErrClosed))
-			<-drained
-		}
-		t.Stop()
+	drained := make(chan struct{})
+	go func() { // owned here: ends when the last append in flight is reported
+		w.inflight.Wait()
+		close(drained)
+	}()
+	t := time.NewTimer(w.o.cfg.AckTimeout + time.Second)
+	select {
+	case <-drained:
+	case <-t.C:
+		w.log.Warn("appends still unacknowledged at close; failing them")
+		close(w.kill)
+		w.o.failPending(w, fmt.Errorf("jetstream: append to channel %q: no acknowledgement before close: %w", w.n.channel, walimpls.ErrClosed))
+		<-drained
 	}
+	t.Stop()
 	w.o.forget(w)
 }
 

@@ -1,5 +1,6 @@
 // Package memory is an in-process WAL backend (walimpls) for fast tests and
-// fault injection.
+// fault injection. It pipelines as the JetStream backend does, so tests on it
+// run the adaptor's production path.
 //
 // A Builder owns a store of channels; every opener it builds shares that
 // store, so channels, their messages and their id counters survive opener
@@ -12,9 +13,18 @@
 // Messages carrying a DedupeID already seen on the channel are acknowledged
 // with the first id and not stored again.
 //
-// Fault injection: SetAppendHook installs a function consulted on every Append
-// at BeforeStore (an error fails the append, nothing stored) and AfterStore
-// (an error fails the append although the message is stored: a lost ack); the
-// hook may block to inject delays. EnableAsyncAppend makes WALs implement
-// walimpls.AsyncAppender so the adaptor's pipelined path can be exercised.
+// Appends (walimpls.AsyncAppender; Append is AppendAsync and a wait) are
+// stored on the calling goroutine and reported from the opener's
+// acknowledgement goroutine, like replies on a connection; ShuffleAcks makes
+// that goroutine report the outcomes it has in a random order, as replies,
+// timeouts and disconnects arriving on different paths may. A fenced WAL
+// keeps its stored appends a prefix of its calls, as JetStream's chained
+// appends do: after any failure, appends handed in before every outcome in
+// flight was reported fail unstored, with a retryable error.
+//
+// Fault injection: SetAppendHook installs a function consulted on every
+// append at BeforeStore (on the appending goroutine; an error fails the
+// append, nothing stored) and AfterStore (on the acknowledgement goroutine;
+// an error fails the append although the message is stored: a lost
+// acknowledgement). The hook may block to inject delays.
 package memory

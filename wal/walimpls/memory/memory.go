@@ -1,11 +1,9 @@
 package memory
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 
@@ -44,9 +42,11 @@ func (s Stage) String() string {
 	}
 }
 
-// AppendHook is consulted on every Append, once per stage. It may block (to
-// inject delays) and may return an error (to inject faults). It is called
-// without any lock held, concurrently for concurrent appends.
+// AppendHook is consulted on every append, once per stage: BeforeStore on
+// the appending goroutine (like a slow send), AfterStore on the opener's
+// acknowledgement goroutine (like a slow reply: it holds up the outcomes of
+// every later append of the opener). It may block (to inject delays) and may
+// return an error (to inject faults). It is called without any lock held.
 type AppendHook func(channel string, msg *message.MutableMessage, stage Stage) error
 
 // Builder builds openers over one in-process store. Every opener it builds
@@ -63,9 +63,16 @@ func NewBuilder() *Builder {
 // Name is "memory".
 func (b *Builder) Name() string { return Name }
 
-// Build returns an opener over the builder's store. It never fails.
+// Build returns an opener over the builder's store: one "connection", with
+// one goroutine that delivers the outcomes of its appends (stopped by Close).
+// It never fails.
 func (b *Builder) Build() (walimpls.OpenerImpls, error) {
-	return &opener{st: b.st, wals: make(map[*wal]struct{})}, nil
+	b.st.mu.Lock()
+	seed := b.st.shuffleSeed
+	b.st.mu.Unlock()
+	o := &opener{st: b.st, wals: make(map[*wal]struct{}), acks: newAcker(seed)}
+	go o.acks.run()
+	return o, nil
 }
 
 // SetAppendHook installs fn (nil removes it) as the hook every later Append of
@@ -76,22 +83,23 @@ func (b *Builder) SetAppendHook(fn func(channel string, msg *message.MutableMess
 	b.st.hook = fn
 }
 
-// EnableAsyncAppend makes WALs opened after the call implement
-// walimpls.AsyncAppender (each WAL then stores its async appends in call order
-// from one goroutine), so the adaptor's pipelined path can be tested on this
-// backend. Off by default.
-func (b *Builder) EnableAsyncAppend(on bool) {
+// ShuffleAcks makes the openers built after the call report the outcomes of
+// appends in flight in a random order (seeded; 0 restores arrival order), as
+// acknowledgements that arrive on different paths of a real connection may
+// (a reply, a timeout, a disconnect): the adaptor must deliver them to its
+// callers in call order all the same.
+func (b *Builder) ShuffleAcks(seed uint64) {
 	b.st.mu.Lock()
 	defer b.st.mu.Unlock()
-	b.st.async = on
+	b.st.shuffleSeed = seed
 }
 
 // store holds every channel of a Builder.
 type store struct {
-	mu       sync.Mutex
-	channels map[string]*channel
-	hook     AppendHook
-	async    bool
+	mu          sync.Mutex
+	channels    map[string]*channel
+	hook        AppendHook
+	shuffleSeed uint64
 }
 
 func (s *store) channel(name string) *channel {
@@ -105,10 +113,10 @@ func (s *store) channel(name string) *channel {
 	return c
 }
 
-func (s *store) appendHook() (AppendHook, bool) {
+func (s *store) appendHook() AppendHook {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.hook, s.async
+	return s.hook
 }
 
 // channel is one log. Messages are kept in id order; ids before firstID were
@@ -158,301 +166,4 @@ func (c *channel) store(term uint64, msg *message.MutableMessage) (message.Messa
 	}
 	c.wake()
 	return id, nil
-}
-
-// opener is a connection to the store.
-type opener struct {
-	st *store
-
-	mu     sync.Mutex
-	closed bool
-	wals   map[*wal]struct{}
-}
-
-func (o *opener) Open(ctx context.Context, opt *walimpls.OpenOption) (walimpls.WALImpls, error) {
-	if opt == nil || opt.Channel == "" {
-		return nil, fmt.Errorf("memory: open: empty channel name")
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("memory: open %q: %w", opt.Channel, err)
-	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.closed {
-		return nil, fmt.Errorf("memory: open %q: opener: %w", opt.Channel, walimpls.ErrClosed)
-	}
-	c := o.st.channel(opt.Channel)
-	if opt.Term != 0 {
-		c.mu.Lock()
-		if opt.Term > c.term {
-			c.term = opt.Term
-		}
-		c.mu.Unlock()
-	}
-	_, async := o.st.appendHook()
-	w := &wal{st: o.st, ch: c, term: opt.Term, closed: make(chan struct{}), scanners: make(map[*scanner]struct{}), opener: o}
-	o.wals[w] = struct{}{}
-	if async {
-		aw := &asyncWAL{wal: w, queue: make(chan asyncReq, 256), stopped: make(chan struct{})}
-		go aw.run()
-		return aw, nil
-	}
-	return w, nil
-}
-
-// Close closes every WAL still open from this opener, then the opener.
-func (o *opener) Close() {
-	o.mu.Lock()
-	o.closed = true
-	wals := make([]*wal, 0, len(o.wals))
-	for w := range o.wals {
-		wals = append(wals, w)
-	}
-	o.mu.Unlock()
-	for _, w := range wals {
-		w.Close()
-	}
-}
-
-func (o *opener) forget(w *wal) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	delete(o.wals, w)
-}
-
-// wal is one open channel.
-type wal struct {
-	st     *store
-	ch     *channel
-	term   uint64
-	opener *opener
-
-	closeOnce sync.Once
-	closed    chan struct{}
-	mu        sync.Mutex
-	scanners  map[*scanner]struct{}
-}
-
-func (w *wal) WALName() string { return Name }
-func (w *wal) Channel() string { return w.ch.name }
-
-func (w *wal) isClosed() bool {
-	select {
-	case <-w.closed:
-		return true
-	default:
-		return false
-	}
-}
-
-func (w *wal) Append(ctx context.Context, msg message.MutableMessage) (message.MessageID, error) {
-	if w.isClosed() {
-		return 0, fmt.Errorf("memory: append to %q: %w", w.ch.name, walimpls.ErrClosed)
-	}
-	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("memory: append to %q: %w", w.ch.name, err)
-	}
-	hook, _ := w.st.appendHook()
-	if hook != nil {
-		if err := hook(w.ch.name, &msg, BeforeStore); err != nil {
-			return 0, fmt.Errorf("memory: append to %q: %w", w.ch.name, err)
-		}
-		if w.isClosed() {
-			return 0, fmt.Errorf("memory: append to %q: %w", w.ch.name, walimpls.ErrClosed)
-		}
-		if err := ctx.Err(); err != nil {
-			return 0, fmt.Errorf("memory: append to %q: %w", w.ch.name, err)
-		}
-	}
-	id, err := w.ch.store(w.term, &msg)
-	if err != nil {
-		return 0, err
-	}
-	if hook != nil {
-		if err := hook(w.ch.name, &msg, AfterStore); err != nil {
-			return 0, fmt.Errorf("memory: append to %q: ack of id %d lost: %w", w.ch.name, id, err)
-		}
-	}
-	return id, nil
-}
-
-func (w *wal) LastID(ctx context.Context) (message.MessageID, error) {
-	if w.isClosed() {
-		return 0, fmt.Errorf("memory: last id of %q: %w", w.ch.name, walimpls.ErrClosed)
-	}
-	w.ch.mu.Lock()
-	defer w.ch.mu.Unlock()
-	return w.ch.nextID - 1, nil
-}
-
-func (w *wal) Truncate(ctx context.Context, id message.MessageID) error {
-	if w.isClosed() {
-		return fmt.Errorf("memory: truncate %q: %w", w.ch.name, walimpls.ErrClosed)
-	}
-	c := w.ch
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	// Truncating past the end removes everything there is: the first
-	// retained id becomes the next id to be assigned.
-	id = min(id, c.nextID)
-	if id <= c.firstID {
-		return nil
-	}
-	c.firstID = id
-	i := sort.Search(len(c.msgs), func(i int) bool { return c.msgs[i].ID >= id })
-	c.msgs = slices.Clone(c.msgs[i:])
-	c.wake()
-	return nil
-}
-
-func (w *wal) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.ScannerImpls, error) {
-	if w.isClosed() {
-		return nil, fmt.Errorf("memory: read %q: %w", w.ch.name, walimpls.ErrClosed)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("memory: read %q: %w", w.ch.name, err)
-	}
-	c := w.ch
-	c.mu.Lock()
-	var start message.MessageID
-	p := opt.DeliverPolicy
-	switch p.Kind {
-	case walimpls.DeliverKindAll:
-		start = c.firstID
-	case walimpls.DeliverKindLatest:
-		start = c.nextID
-	case walimpls.DeliverKindStartFrom:
-		start = max(p.ID, 1)
-	case walimpls.DeliverKindStartAfter:
-		start = p.ID + 1
-	default:
-		c.mu.Unlock()
-		return nil, fmt.Errorf("memory: read %q: unknown deliver policy kind %d", c.name, p.Kind)
-	}
-	firstID := c.firstID
-	c.mu.Unlock()
-	if start < firstID {
-		return nil, fmt.Errorf("memory: read %q from id %d (first retained %d): %w", c.name, start, firstID, walimpls.ErrTruncated)
-	}
-	size := opt.ReadAheadBufferSize
-	if size <= 0 {
-		size = defaultReadAhead
-	}
-	s := &scanner{
-		name: opt.Name, w: w, next: start,
-		out: make(chan message.ImmutableMessage, size), stop: make(chan struct{}), done: make(chan struct{}),
-	}
-	w.mu.Lock()
-	if w.isClosed() {
-		w.mu.Unlock()
-		return nil, fmt.Errorf("memory: read %q: %w", c.name, walimpls.ErrClosed)
-	}
-	w.scanners[s] = struct{}{}
-	w.mu.Unlock()
-	go s.run()
-	return s, nil
-}
-
-// Close closes the WAL and every scanner opened from it.
-func (w *wal) Close() {
-	w.closeOnce.Do(func() {
-		w.mu.Lock()
-		close(w.closed)
-		ss := make([]*scanner, 0, len(w.scanners))
-		for s := range w.scanners {
-			ss = append(ss, s)
-		}
-		w.mu.Unlock()
-		for _, s := range ss {
-			<-s.done
-		}
-		w.opener.forget(w)
-	})
-}
-
-func (w *wal) forget(s *scanner) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	delete(w.scanners, s)
-}
-
-// scanner delivers a channel's messages from next on.
-type scanner struct {
-	name string
-	w    *wal
-	next message.MessageID
-
-	out      chan message.ImmutableMessage
-	stop     chan struct{}
-	stopOnce sync.Once
-	done     chan struct{}
-	errMu    sync.Mutex
-	err      error
-}
-
-func (s *scanner) Name() string                          { return s.name }
-func (s *scanner) Chan() <-chan message.ImmutableMessage { return s.out }
-func (s *scanner) Done() <-chan struct{}                 { return s.done }
-
-func (s *scanner) Error() error {
-	s.errMu.Lock()
-	defer s.errMu.Unlock()
-	return s.err
-}
-
-func (s *scanner) Close() error {
-	s.stopOnce.Do(func() { close(s.stop) })
-	<-s.done
-	return nil
-}
-
-func (s *scanner) run() {
-	err := s.loop()
-	s.errMu.Lock()
-	s.err = err
-	s.errMu.Unlock()
-	close(s.out)
-	s.w.forget(s)
-	close(s.done)
-}
-
-func (s *scanner) loop() error {
-	c := s.w.ch
-	var batch []message.ImmutableMessage
-	for {
-		c.mu.Lock()
-		if s.next < c.firstID {
-			first := c.firstID
-			c.mu.Unlock()
-			return fmt.Errorf("memory: scanner %q on %q: next id %d truncated (first retained %d): %w",
-				s.name, c.name, s.next, first, walimpls.ErrTruncated)
-		}
-		i := sort.Search(len(c.msgs), func(i int) bool { return c.msgs[i].ID >= s.next })
-		batch = append(batch[:0], c.msgs[i:min(len(c.msgs), i+cap(s.out)+1)]...)
-		notify := c.notify
-		c.mu.Unlock()
-
-		for _, m := range batch {
-			m.Payload = slices.Clone(m.Payload)
-			m.Properties = maps.Clone(m.Properties)
-			select {
-			case s.out <- m:
-				s.next = m.ID + 1
-			case <-s.stop:
-				return walimpls.ErrScannerClosed
-			case <-s.w.closed:
-				return fmt.Errorf("memory: scanner %q on %q: wal: %w", s.name, c.name, walimpls.ErrClosed)
-			}
-		}
-		if len(batch) > 0 {
-			continue
-		}
-		select {
-		case <-notify:
-		case <-s.stop:
-			return walimpls.ErrScannerClosed
-		case <-s.w.closed:
-			return fmt.Errorf("memory: scanner %q on %q: wal: %w", s.name, c.name, walimpls.ErrClosed)
-		}
-	}
 }

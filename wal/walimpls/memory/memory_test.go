@@ -16,10 +16,12 @@ func TestConformance(t *testing.T) {
 	walimplstest.Run(t, func(t *testing.T) walimpls.OpenerBuilderImpls { return memory.NewBuilder() })
 }
 
-func TestConformanceAsync(t *testing.T) {
+// TestConformanceShuffledAcks runs the suite with outcomes reported out of
+// call order.
+func TestConformanceShuffledAcks(t *testing.T) {
 	walimplstest.Run(t, func(t *testing.T) walimpls.OpenerBuilderImpls {
 		b := memory.NewBuilder()
-		b.EnableAsyncAppend(true)
+		b.ShuffleAcks(7)
 		return b
 	})
 }

@@ -33,7 +33,7 @@ func Run(t *testing.T, newBuilder func(t *testing.T) walimpls.OpenerBuilderImpls
 	t.Helper()
 	tests := []struct {
 		name string
-		fn   func(t *testing.T, b walimpls.OpenerBuilderImpls)
+		fn   func(t testing.TB, b walimpls.OpenerBuilderImpls)
 	}{
 		{"ConcurrentAppendersParallelChannels", testConcurrentAppenders},
 		{"IDsNeverReusedAfterReopen", testIDsNeverReused},
@@ -48,6 +48,13 @@ func Run(t *testing.T, newBuilder func(t *testing.T) walimpls.OpenerBuilderImpls
 		{"WALCloseStopsScanners", testWALCloseStopsScanners},
 		{"AppendAfterClose", testAppendAfterClose},
 		{"LastID", testLastID},
+		{"AsyncConcurrentPipelines", testAsyncConcurrent},
+		{"AsyncFencedPipelineInCallOrder", testAsyncFencedOrder},
+		{"AsyncFencingMidPipeline", testAsyncFencingMidPipeline},
+		{"AsyncFailureStopsLaterAppends", testAsyncFailureMidPipeline},
+		{"AsyncCloseWithAppendsInFlight", testAsyncCloseInFlight},
+		{"AdaptorCallbacksInCallOrder", testAdaptorCallbackOrder},
+		{"AdaptorFencingMidPipeline", testAdaptorFencingMidPipeline},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -60,13 +67,13 @@ func Run(t *testing.T, newBuilder func(t *testing.T) walimpls.OpenerBuilderImpls
 	}
 }
 
-func testCtx(t *testing.T) context.Context {
+func testCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
 }
 
-func build(t *testing.T, b walimpls.OpenerBuilderImpls) walimpls.OpenerImpls {
+func build(t testing.TB, b walimpls.OpenerBuilderImpls) walimpls.OpenerImpls {
 	t.Helper()
 	o, err := b.Build()
 	if err != nil {
@@ -75,7 +82,7 @@ func build(t *testing.T, b walimpls.OpenerBuilderImpls) walimpls.OpenerImpls {
 	return o
 }
 
-func open(t *testing.T, ctx context.Context, o walimpls.OpenerImpls, ch string, term uint64) walimpls.WALImpls {
+func open(t testing.TB, ctx context.Context, o walimpls.OpenerImpls, ch string, term uint64) walimpls.WALImpls {
 	t.Helper()
 	w, err := o.Open(ctx, &walimpls.OpenOption{Channel: ch, Term: term})
 	if err != nil {
@@ -87,7 +94,7 @@ func open(t *testing.T, ctx context.Context, o walimpls.OpenerImpls, ch string, 
 	return w
 }
 
-func appendOne(t *testing.T, ctx context.Context, w walimpls.WALImpls, payload string) message.MessageID {
+func appendOne(t testing.TB, ctx context.Context, w walimpls.WALImpls, payload string) message.MessageID {
 	t.Helper()
 	id, err := w.Append(ctx, message.MutableMessage{Key: "k-" + payload, Payload: []byte(payload),
 		Properties: map[string]string{"p": payload}})
@@ -100,7 +107,7 @@ func appendOne(t *testing.T, ctx context.Context, w walimpls.WALImpls, payload s
 	return id
 }
 
-func appendN(t *testing.T, ctx context.Context, w walimpls.WALImpls, n int, prefix string) []message.MessageID {
+func appendN(t testing.TB, ctx context.Context, w walimpls.WALImpls, n int, prefix string) []message.MessageID {
 	t.Helper()
 	ids := make([]message.MessageID, n)
 	for i := range ids {
@@ -112,7 +119,7 @@ func appendN(t *testing.T, ctx context.Context, w walimpls.WALImpls, n int, pref
 	return ids
 }
 
-func read(t *testing.T, ctx context.Context, w walimpls.WALImpls, p walimpls.DeliverPolicy) walimpls.ScannerImpls {
+func read(t testing.TB, ctx context.Context, w walimpls.WALImpls, p walimpls.DeliverPolicy) walimpls.ScannerImpls {
 	t.Helper()
 	s, err := w.Read(ctx, walimpls.ReadOption{Name: "conformance", DeliverPolicy: p})
 	if err != nil {
@@ -123,7 +130,7 @@ func read(t *testing.T, ctx context.Context, w walimpls.WALImpls, p walimpls.Del
 }
 
 // receive reads exactly n messages, failing on a stop or a stall.
-func receive(t *testing.T, s walimpls.ScannerImpls, n int) []message.ImmutableMessage {
+func receive(t testing.TB, s walimpls.ScannerImpls, n int) []message.ImmutableMessage {
 	t.Helper()
 	out := make([]message.ImmutableMessage, 0, n)
 	timer := time.NewTimer(ReceiveTimeout)
@@ -147,7 +154,7 @@ func receive(t *testing.T, s walimpls.ScannerImpls, n int) []message.ImmutableMe
 }
 
 // expectQuiet fails if the scanner delivers anything or stops within QuietPeriod.
-func expectQuiet(t *testing.T, s walimpls.ScannerImpls) {
+func expectQuiet(t testing.TB, s walimpls.ScannerImpls) {
 	t.Helper()
 	timer := time.NewTimer(QuietPeriod)
 	defer timer.Stop()
@@ -183,7 +190,7 @@ func equalIDs(a, b []message.MessageID) bool {
 }
 
 // waitStopped waits (bounded) for the scanner to stop and returns its Error.
-func waitStopped(t *testing.T, s walimpls.ScannerImpls, d time.Duration) error {
+func waitStopped(t testing.TB, s walimpls.ScannerImpls, d time.Duration) error {
 	t.Helper()
 	select {
 	case <-s.Done():
@@ -201,7 +208,7 @@ type sent struct {
 	msg           message.MutableMessage
 }
 
-func testConcurrentAppenders(t *testing.T, b walimpls.OpenerBuilderImpls) {
+func testConcurrentAppenders(t testing.TB, b walimpls.OpenerBuilderImpls) {
 	ctx := testCtx(t)
 	o := build(t, b)
 	defer o.Close()
@@ -318,7 +325,7 @@ func testConcurrentAppenders(t *testing.T, b walimpls.OpenerBuilderImpls) {
 	wg.Wait()
 }
 
-func testIDsNeverReused(t *testing.T, b walimpls.OpenerBuilderImpls) {
+func testIDsNeverReused(t testing.TB, b walimpls.OpenerBuilderImpls) {
 	ctx := testCtx(t)
 	const ch = "recovery/conf-reopen"
 	o := build(t, b)
@@ -357,7 +364,7 @@ func testIDsNeverReused(t *testing.T, b walimpls.OpenerBuilderImpls) {
 	}
 }
 
-func testDistinctChannelNames(t *testing.T, b walimpls.OpenerBuilderImpls) {
+func testDistinctChannelNames(t testing.TB, b walimpls.OpenerBuilderImpls) {
 	ctx := testCtx(t)
 	o := build(t, b)
 	defer o.Close()
@@ -378,7 +385,7 @@ func testDistinctChannelNames(t *testing.T, b walimpls.OpenerBuilderImpls) {
 	}
 }
 
-func testDeliverAll(t *testing.T, b walimpls.OpenerBuilderImpls) {
+func testDeliverAll(t testing.TB, b walimpls.OpenerBuilderImpls) {
 	ctx := testCtx(t)
 	o := build(t, b)
 	defer o.Close()
@@ -401,7 +408,7 @@ func testDeliverAll(t *testing.T, b walimpls.OpenerBuilderImpls) {
 	expectQuiet(t, s)
 }
 
-func testDeliverLatest(t *testing.T, b walimpls.OpenerBuilderImpls) {
+func testDeliverLatest(t testing.TB, b walimpls.OpenerBuilderImpls) {
 	ctx := testCtx(t)
 	o := build(t, b)
 	defer o.Close()
@@ -426,7 +433,7 @@ func testDeliverLatest(t *testing.T, b walimpls.OpenerBuilderImpls) {
 	expectQuiet(t, s2)
 }
 
-func testDeliverStartFromAfter(t *testing.T, b walimpls.OpenerBuilderImpls) {
+func testDeliverStartFromAfter(t testing.TB, b walimpls.OpenerBuilderImpls) {
 	ctx := testCtx(t)
 	o := build(t, b)
 	defer o.Close()
@@ -456,7 +463,7 @@ func testDeliverStartFromAfter(t *testing.T, b walimpls.OpenerBuilderImpls) {
 
 // expectTruncated opens a scanner at p and requires ErrTruncated from Read or
 // from the scanner's Error, with no message delivered and within a bound.
-func expectTruncated(t *testing.T, ctx context.Context, w walimpls.WALImpls, p walimpls.DeliverPolicy) {
+func expectTruncated(t testing.TB, ctx context.Context, w walimpls.WALImpls, p walimpls.DeliverPolicy) {
 	t.Helper()
 	s, err := w.Read(ctx, walimpls.ReadOption{Name: "conformance", DeliverPolicy: p})
 	if err != nil {
@@ -481,7 +488,7 @@ func expectTruncated(t *testing.T, ctx context.Context, w walimpls.WALImpls, p w
 	}
 }
 
-func testTruncate(t *testing.T, b walimpls.OpenerBuilderImpls) {
+func testTruncate(t testing.TB, b walimpls.OpenerBuilderImpls) {
 	ctx := testCtx(t)
 	o := build(t, b)
 	defer o.Close()
@@ -517,7 +524,7 @@ func testTruncate(t *testing.T, b walimpls.OpenerBuilderImpls) {
 	}
 }
 
-func testTruncateBehindScanner(t *testing.T, b walimpls.OpenerBuilderImpls) {
+func testTruncateBehindScanner(t testing.TB, b walimpls.OpenerBuilderImpls) {
 	ctx := testCtx(t)
 	o := build(t, b)
 	defer o.Close()
@@ -536,7 +543,7 @@ func testTruncateBehindScanner(t *testing.T, b walimpls.OpenerBuilderImpls) {
 	}
 }
 
-func testFencing(t *testing.T, b walimpls.OpenerBuilderImpls) {
+func testFencing(t testing.TB, b walimpls.OpenerBuilderImpls) {
 	ctx := testCtx(t)
 	const ch = "recovery/conf-fence"
 	o := build(t, b)
@@ -551,18 +558,13 @@ func testFencing(t *testing.T, b walimpls.OpenerBuilderImpls) {
 	w2 := open(t, ctx, o2, ch, 2)
 	defer w2.Close()
 	for i := 0; i < 3; i++ {
-		_, err := w1.Append(ctx, message.MutableMessage{Payload: []byte(fmt.Sprintf("w1-fenced-%d", i))})
-		if !errors.Is(err, walimpls.ErrFenced) {
-			t.Fatalf("append %d of term 1 after term 2 opened: error %v, want ErrFenced", i, err)
-		}
+		expectFenced(t, ctx, w1, fmt.Sprintf("w1-fenced-%d", i))
 	}
 	ok2 := appendOne(t, ctx, w2, "w2-a")
 	// A writer opening with a lower term is fenced from the start.
 	w0 := open(t, ctx, o, ch, 1)
 	defer w0.Close()
-	if _, err := w0.Append(ctx, message.MutableMessage{Payload: []byte("stale")}); !errors.Is(err, walimpls.ErrFenced) {
-		t.Fatalf("append of a WAL opened with stale term 1: error %v, want ErrFenced", err)
-	}
+	expectFenced(t, ctx, w0, "stale")
 	ok3 := appendOne(t, ctx, w2, "w2-b")
 	got := receive(t, read(t, ctx, w2, walimpls.DeliverAll()), 3)
 	if want := []message.MessageID{ok1, ok2, ok3}; !equalIDs(ids(got), want) {
@@ -578,13 +580,32 @@ func testFencing(t *testing.T, b walimpls.OpenerBuilderImpls) {
 	defer o3.Close()
 	w3 := open(t, ctx, o3, ch, 3)
 	defer w3.Close()
-	if _, err := w2.Append(ctx, message.MutableMessage{Payload: []byte("w2-fenced")}); !errors.Is(err, walimpls.ErrFenced) {
-		t.Fatalf("append of term 2 after term 3 opened: error %v, want ErrFenced", err)
-	}
+	expectFenced(t, ctx, w2, "w2-fenced")
 	appendOne(t, ctx, w3, "w3-a")
 }
 
-func testScannerCloseEarly(t *testing.T, b walimpls.OpenerBuilderImpls) {
+// expectFenced appends to a superseded writer: the append must fail with
+// ErrFenced, or first retryably (a backend may learn of the fence only when
+// it re-sends) and then, within a few re-sends, with ErrFenced. Callers
+// check that nothing was stored.
+func expectFenced(t testing.TB, ctx context.Context, w walimpls.WALImpls, payload string) {
+	t.Helper()
+	msg := message.MutableMessage{Payload: []byte(payload), DedupeID: "fenced-" + payload}
+	for try := 1; try <= 3; try++ {
+		_, err := w.Append(ctx, msg)
+		switch {
+		case errors.Is(err, walimpls.ErrFenced):
+			return
+		case err == nil:
+			t.Fatalf("append %q of a superseded term: stored, want ErrFenced", payload)
+		case !walimpls.IsRetryable(err):
+			t.Fatalf("append %q of a superseded term, try %d: %v, want ErrFenced or a retryable error", payload, try, err)
+		}
+	}
+	t.Fatalf("append %q of a superseded term: not ErrFenced after 3 tries", payload)
+}
+
+func testScannerCloseEarly(t testing.TB, b walimpls.OpenerBuilderImpls) {
 	ctx := testCtx(t)
 	o := build(t, b)
 	defer o.Close()
@@ -627,7 +648,7 @@ func testScannerCloseEarly(t *testing.T, b walimpls.OpenerBuilderImpls) {
 	}
 }
 
-func testWALCloseStopsScanners(t *testing.T, b walimpls.OpenerBuilderImpls) {
+func testWALCloseStopsScanners(t testing.TB, b walimpls.OpenerBuilderImpls) {
 	ctx := testCtx(t)
 	o := build(t, b)
 	defer o.Close()
@@ -649,7 +670,7 @@ func testWALCloseStopsScanners(t *testing.T, b walimpls.OpenerBuilderImpls) {
 	}
 }
 
-func testAppendAfterClose(t *testing.T, b walimpls.OpenerBuilderImpls) {
+func testAppendAfterClose(t testing.TB, b walimpls.OpenerBuilderImpls) {
 	ctx := testCtx(t)
 	o := build(t, b)
 	defer o.Close()
@@ -669,7 +690,7 @@ func testAppendAfterClose(t *testing.T, b walimpls.OpenerBuilderImpls) {
 	expectQuiet(t, read(t, ctx, w2, walimpls.DeliverStartAfter(id)))
 }
 
-func testLastID(t *testing.T, b walimpls.OpenerBuilderImpls) {
+func testLastID(t testing.TB, b walimpls.OpenerBuilderImpls) {
 	ctx := testCtx(t)
 	o := build(t, b)
 	defer o.Close()
