@@ -39,7 +39,10 @@
 // before it (and so extending the chain first) are committed and applied; a
 // fence that lost that race is retried from the newer position. Recorder then
 // appends Txn records continuing its own chain, pipelined, and applies each to
-// the DB strictly in order once acknowledged; the first error (for instance
+// the DB strictly in order once acknowledged — on the goroutine that waits
+// for the commit (the shard's transaction loop), never on the WAL's reply
+// goroutine; it has no goroutine of its own and relies on the WAL reporting
+// acknowledgements in call order. The first error (for instance
 // wal.ErrFenced after a newer handoff) breaks it for good.
 //
 // If the DB's position was truncated from the log (or the DB is empty and

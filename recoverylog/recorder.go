@@ -16,73 +16,65 @@ import (
 // ErrRecorderClosed is returned by commits made after Recorder.Close.
 var ErrRecorderClosed = errors.New("recoverylog: recorder closed")
 
-// Commit is the outcome of one Recorder.Commit: Done is closed once the
-// transaction was acknowledged by the log and applied to the DB, or failed.
+// Commit is one Recorder.Commit: Done is closed once the log acknowledged
+// (or failed) every record of it; Recorder.Apply (or Wait) then applies it.
 type Commit struct {
-	done chan struct{}
-	err  error
+	r    *Recorder
+	done chan struct{} // closed by the WAL callback of its last record
 
-	// Set by Commit, read by the drainer.
+	// Set by Commit.
 	kind Kind
 	data []byte
-	pos  Position
 	size int
+	// Written by the WAL callbacks before done closes, read after.
+	pos       Position // chain position after this commit (LogID set once acknowledged)
+	pending   int      // records not yet acknowledged
+	appendErr error
 
 	// Guarded by Recorder.mu.
-	pending   int // appends not yet acknowledged
-	appendErr error
+	applied bool
+	err     error
 }
 
-// Done is closed when the commit resolved.
+// Done is closed when the log acknowledged or failed the commit; Apply
+// (or Wait) then applies it and reports its outcome.
 func (c *Commit) Done() <-chan struct{} { return c.done }
 
-// Err is the commit's error (nil on success); valid after Done is closed.
-func (c *Commit) Err() error {
-	select {
-	case <-c.done:
-		return c.err
-	default:
-		return nil
-	}
-}
-
-// Wait waits for the commit to resolve (or ctx) and returns its error.
+// Wait waits for the commit's acknowledgement (or ctx), applies it (and
+// every commit before it) to the DB, and returns its error.
 func (c *Commit) Wait(ctx context.Context) error {
 	select {
 	case <-c.done:
-		return c.err
+		return c.r.Apply(c)
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
 
-// Position is the chain position after this commit (LogID set once applied).
+// Position is the chain position after this commit (LogID set once
+// acknowledged). Valid after Done is closed.
 func (c *Commit) Position() Position {
 	<-c.done
 	return c.pos
 }
 
-func (c *Commit) resolve(err error) {
-	c.err = err
-	c.data = nil
-	close(c.done)
-}
-
-// Recorder is the log's single writer after a successful Handoff. It
-// appends records continuing its own chain and applies them to the DB
-// strictly in order, each once the log acknowledged it.
+// Recorder is the log's single writer after a successful Handoff. It appends
+// records continuing its own chain and applies them to the DB strictly in
+// order, each once the log acknowledged it.
 //
-// Commits are pipelined: Commit returns at once; the appends of successive
-// commits are in flight together, in call order. A commit is applied (its
-// batch plus the new Position, in one DB write) only after its append was
-// acknowledged and every earlier commit was applied. After any error — an
-// append failing (wal.ErrFenced once a newer writer took over, a cancelled
-// context) or a DB write failing — the Recorder is broken: that commit, every
-// commit still in flight and every later one fail with the first error.
-// Records acknowledged but not applied when it broke are still in the log;
-// the next replay applies them (they are committed).
-//
-// A Recorder runs one applier goroutine until Close, which must be called.
+// Commits are pipelined: Commit hands the records to the WAL and returns;
+// the appends of successive commits are in flight together, in call order.
+// The WAL reports acknowledgements in call order, so acknowledged commits are
+// always a prefix of the commits made; a commit is applied (its batch plus
+// the new Position, in one DB write) by whoever waits for it — Apply, or
+// Commit.Wait — after every earlier commit, on the waiter's goroutine: the
+// WAL's reply goroutine never writes to the DB, and the Recorder has no
+// goroutine of its own. After any error — an append failing (wal.ErrFenced
+// once a newer writer took over, a cancelled context) or a DB write failing
+// — the Recorder is broken: that commit, every commit still in flight and
+// every later one fail with the first error. Records acknowledged but not
+// applied when it broke are still in the log; the next replay applies them
+// (they are committed).
 type Recorder struct {
 	log    wal.WAL
 	db     *grocksdb.DB
@@ -95,24 +87,16 @@ type Recorder struct {
 	appendMu sync.Mutex // orders chain extension and AppendAsync calls
 	next     Position   // chain position after the last record handed to the log (appendMu)
 
-	wake    chan struct{} // cap 1: a commit became applicable, or Close
-	stopped chan struct{} // closed when the applier goroutine returned
-
-	mu      sync.Mutex
-	queue   []*Commit // unapplied commits, in chain order
-	applied Position
-	bytes   int64 // bytes of records applied so far
-	err     error
-	closed  bool
+	mu        sync.Mutex
+	unapplied []*Commit // handed to the log, not yet applied, in chain order
+	applied   Position
+	bytes     int64 // bytes of records applied so far
+	err       error
+	closed    bool
 }
 
 func newRecorder(log wal.WAL, db *grocksdb.DB, wo *grocksdb.WriteOptions, ownWO bool, pos Position, term uint64, logger hclog.Logger, shard string) *Recorder {
-	r := &Recorder{
-		log: log, db: db, wo: wo, ownWO: ownWO, term: term, logger: logger, shard: shard,
-		next: pos, applied: pos, wake: make(chan struct{}, 1), stopped: make(chan struct{}),
-	}
-	go r.run()
-	return r
+	return &Recorder{log: log, db: db, wo: wo, ownWO: ownWO, term: term, logger: logger, shard: shard, next: pos, applied: pos}
 }
 
 // Term is the fencing term the Recorder writes under.
@@ -142,9 +126,9 @@ func (r *Recorder) Err() error {
 
 // Commit appends batch (batch.Data(), which already holds the source
 // offsets) as a Txn record — as several chunk records when it exceeds
-// DefaultChunkSize — and applies it once acknowledged and once every earlier
-// commit was applied. batch is not retained: the caller may reuse or destroy
-// it when Commit returns. ctx bounds the append.
+// DefaultChunkSize. Apply (or the Commit's Wait) applies it once
+// acknowledged. batch is not retained: the caller may reuse or destroy it
+// when Commit returns. ctx bounds the append.
 func (r *Recorder) Commit(ctx context.Context, batch *grocksdb.WriteBatch) *Commit {
 	data := append([]byte(nil), batch.Data()...)
 	return r.commit(ctx, KindTxn, data, nil)
@@ -158,18 +142,19 @@ func (r *Recorder) CommitSnapshot(ctx context.Context, manifest string, covers m
 }
 
 func (r *Recorder) commit(ctx context.Context, kind Kind, data []byte, rec *Record) *Commit {
-	c := &Commit{done: make(chan struct{}), kind: kind, data: data}
+	c := &Commit{r: r, done: make(chan struct{}), kind: kind, data: data}
 	r.appendMu.Lock()
 	defer r.appendMu.Unlock()
 
 	r.mu.Lock()
 	if r.err != nil || r.closed {
-		err := r.err
-		if err == nil {
-			err = ErrRecorderClosed
+		c.err = r.err
+		if c.err == nil {
+			c.err = ErrRecorderClosed
 		}
+		c.applied = true
 		r.mu.Unlock()
-		c.resolve(err)
+		close(c.done)
 		return c
 	}
 	var recs [][]byte
@@ -189,97 +174,109 @@ func (r *Recorder) commit(ctx context.Context, kind Kind, data []byte, rec *Reco
 	for _, b := range recs {
 		c.size += len(b)
 	}
-	r.queue = append(r.queue, c)
+	r.unapplied = append(r.unapplied, c)
 	r.mu.Unlock()
 
+	props := map[string]string{"recoverylog": kind.String()}
 	for i, b := range recs {
-		props := map[string]string{"recoverylog": kind.String()}
 		r.log.AppendAsync(ctx, message.MutableMessage{Payload: b, Properties: props}, func(res *wal.AppendResult, err error) {
-			r.acked(c, i, res, err)
+			c.acked(i, res, err)
 		})
 	}
 	return c
 }
 
-// acked records one append outcome of c and wakes the applier. It runs on
-// the WAL's callback goroutine, so it never blocks on the DB.
-func (r *Recorder) acked(c *Commit, part int, res *wal.AppendResult, err error) {
-	r.mu.Lock()
-	c.pending--
+// acked records one record's outcome. It runs on the WAL's callback
+// goroutine, one record at a time in append order, so it needs no lock and
+// never touches the DB.
+func (c *Commit) acked(part int, res *wal.AppendResult, err error) {
 	if err != nil {
 		if c.appendErr == nil {
-			c.appendErr = fmt.Errorf("recoverylog: shard %s: append %s record seq %d (part %d): %w", r.shard, c.kind, c.pos.Seq, part, err)
+			c.appendErr = fmt.Errorf("recoverylog: shard %s: append %s record seq %d (part %d): %w", c.r.shard, c.kind, c.pos.Seq, part, err)
 		}
 	} else if res != nil && res.MessageID > c.pos.LogID {
 		c.pos.LogID = res.MessageID
 	}
-	ready := c.pending == 0
-	r.mu.Unlock()
-	if ready {
-		notify(r.wake)
+	if c.pending--; c.pending == 0 {
+		close(c.done)
 	}
 }
 
-// run is the applier goroutine: it applies acknowledged commits in order
-// until the Recorder is closed and nothing is left in flight.
-func (r *Recorder) run() {
-	defer close(r.stopped)
-	for {
-		r.drain()
-		r.mu.Lock()
-		exit := r.closed && len(r.queue) == 0
-		r.mu.Unlock()
-		if exit {
-			return
-		}
-		<-r.wake
-	}
-}
-
-// drain applies the acknowledged commits at the head of the queue, in order.
-func (r *Recorder) drain() {
+// Apply applies c to the DB once the log acknowledged it, after every commit
+// made before it (which the log acknowledged first), and returns c's error.
+// It must be called after c.Done is closed; calling it again, or for a
+// commit an earlier Apply already applied, just returns the outcome.
+func (r *Recorder) Apply(c *Commit) error {
+	<-c.done
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for len(r.queue) > 0 && r.queue[0].pending == 0 {
-		c := r.queue[0]
-		r.queue[0] = nil
-		r.queue = r.queue[1:]
-		if r.err == nil && c.appendErr != nil {
-			r.err = c.appendErr
-			r.logger.Error("recorder broken", "error", r.err)
-		}
-		if r.err != nil {
-			c.resolve(r.err)
+	for !c.applied {
+		head := r.unapplied[0]
+		select {
+		case <-head.done:
+		default:
+			// The WAL reports acknowledgements in call order: c's being
+			// done means every earlier one is.
+			r.breakLocked(fmt.Errorf("recoverylog: shard %s: record seq %d acknowledged before seq %d: the WAL broke its order contract",
+				r.shard, c.pos.Seq, head.pos.Seq))
 			continue
 		}
-		r.mu.Unlock()
-		err := applyToDB(r.db, r.wo, c.kind, c.data, c.pos)
-		r.mu.Lock()
-		if err != nil {
-			r.err = fmt.Errorf("recoverylog: shard %s: apply %s record seq %d: %w", r.shard, c.kind, c.pos.Seq, err)
-			r.logger.Error("recorder broken", "error", r.err)
-			c.resolve(r.err)
-			continue
-		}
-		r.applied = c.pos
-		r.bytes += int64(c.size)
-		appendedBytesTotal.WithLabelValues(r.shard).Add(float64(c.size))
-		c.resolve(nil)
+		r.unapplied[0] = nil
+		r.unapplied = r.unapplied[1:]
+		r.applyLocked(head)
 	}
+	return c.err
+}
+
+// applyLocked applies one acknowledged commit (or fails it, once broken).
+// Called with mu held, in chain order.
+func (r *Recorder) applyLocked(c *Commit) {
+	c.applied = true
+	if r.err == nil && c.appendErr != nil {
+		r.breakLocked(c.appendErr)
+	}
+	if r.err != nil {
+		c.err = r.err
+		return
+	}
+	if err := applyToDB(r.db, r.wo, c.kind, c.data, c.pos); err != nil {
+		r.breakLocked(fmt.Errorf("recoverylog: shard %s: apply %s record seq %d: %w", r.shard, c.kind, c.pos.Seq, err))
+		c.err = r.err
+		return
+	}
+	c.data = nil
+	r.applied = c.pos
+	r.bytes += int64(c.size)
+	appendedBytesTotal.WithLabelValues(r.shard).Add(float64(c.size))
+}
+
+// breakLocked records the first error; every commit applied after it fails
+// with it.
+func (r *Recorder) breakLocked(err error) {
+	if r.err != nil {
+		return
+	}
+	r.err = err
+	r.logger.Error("recorder broken", "error", err)
 }
 
 // Close stops accepting commits (later ones fail with ErrRecorderClosed),
-// waits until every commit in flight resolved, stops the applier goroutine, and returns the error that
-// broke the Recorder, if any. It does not close the WAL (the caller's).
+// waits until every commit in flight was acknowledged or failed and applies
+// those still unapplied, and returns the error that broke the Recorder, if
+// any. It does not close the WAL (the caller's).
 func (r *Recorder) Close() error {
 	r.appendMu.Lock()
 	r.mu.Lock()
 	r.closed = true
+	var last *Commit
+	if n := len(r.unapplied); n > 0 {
+		last = r.unapplied[n-1]
+	}
 	r.mu.Unlock()
 	r.appendMu.Unlock()
-
-	notify(r.wake)
-	<-r.stopped
+	if last != nil {
+		_ = r.Apply(last)
+	}
 	r.mu.Lock()
 	err := r.err
 	wo := r.wo

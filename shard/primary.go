@@ -47,7 +47,6 @@ func (r *replica) runPrimary(ctx context.Context, sdb *shardDB, consumer Consume
 		return fmt.Errorf("load source offsets: %w", err)
 	}
 	srcCtx, stopSources := context.WithCancel(ctx)
-	var fwd sync.WaitGroup
 	var sources []*source
 	defer func() {
 		stopSources()
@@ -56,13 +55,14 @@ func (r *replica) runPrimary(ctx context.Context, sdb *shardDB, consumer Consume
 				_ = s.scanner.Close()
 			}
 		}
-		fwd.Wait()
 		for _, s := range sources {
 			s.log.Close()
 		}
 	}()
+	// Each source's scanner hands its messages to the loop through a
+	// sourceHandler, on the scanner's own goroutine: no relay in between.
 	in := make(chan inbound, 1024)
-	srcErr := make(chan error, len(spec.Sources))
+	stopped := make(chan *source, len(spec.Sources))
 	for _, sp := range spec.Sources {
 		src := &source{part: topic.Partition{Topic: sp.Topic, Index: sp.Partition}, channel: sp.Channel()}
 		src.log, err = r.svc.cfg.Opener.Open(ctx, &wal.OpenOption{Channel: src.channel})
@@ -71,16 +71,14 @@ func (r *replica) runPrimary(ctx context.Context, sdb *shardDB, consumer Consume
 		}
 		sources = append(sources, src)
 		from := offsets[src.channel]
-		src.scanner, err = src.log.Read(srcCtx, wal.ReadOption{VChannel: spec.ID, DeliverPolicy: wal.DeliverStartAfter(from)})
+		src.scanner, err = src.log.Read(srcCtx, wal.ReadOption{
+			Name: spec.ID, DeliverPolicy: wal.DeliverStartAfter(from),
+			MesasgeHandler: &sourceHandler{src: src, in: in, stopped: stopped},
+		})
 		if err != nil {
 			return fmt.Errorf("read source %s after offset %d: %w", src.channel, from, err)
 		}
 		r.logger.Debug("source opened", "channel", src.channel, "after", from)
-		fwd.Add(1)
-		go func() {
-			defer fwd.Done()
-			forward(srcCtx, src, in, srcErr)
-		}()
 	}
 
 	sh := &primaryShard{
@@ -128,39 +126,54 @@ func (r *replica) runPrimary(ctx context.Context, sdb *shardDB, consumer Consume
 	r.setState(ctx, allocator.StatePrimary, "")
 	loop := &txnLoop{
 		r: r, sh: sh, consumer: consumer, rec: rec, pub: r.svc.pub,
-		in: in, srcErr: srcErr, lag: lt,
+		in: in, stopped: stopped, lag: lt,
 		maxBytes: r.svc.cfg.TxnMaxBytes, maxMessages: r.svc.cfg.TxnMaxMessages,
 	}
 	return loop.run(ctx)
 }
 
-// forward copies a scanner's messages to in until ctx ends; a scanner that
-// stops on its own reports why on errc.
-func forward(ctx context.Context, src *source, in chan<- inbound, errc chan<- error) {
-	ch := src.scanner.Chan()
-	for {
+// sourceHandler is the MessageHandler of a primary's source scanner: it
+// hands each message, tagged with its source, to the transaction loop, and
+// says when the scanner stopped.
+type sourceHandler struct {
+	src     *source
+	in      chan<- inbound
+	stopped chan<- *source           // buffered: one slot per source
+	buf     message.ImmutableMessage // Incoming points here (the scanner copies it)
+}
+
+func (h *sourceHandler) Handle(p wal.HandleParam) wal.HandleResult {
+	if p.Message != nil {
 		select {
-		case <-ctx.Done():
-			return
-		case msg, ok := <-ch:
-			if !ok {
-				if ctx.Err() != nil {
-					return
-				}
-				err := src.scanner.Error()
-				if err == nil {
-					err = errors.New("scanner ended")
-				}
-				errc <- fmt.Errorf("source %s: %w", src.channel, err)
-				return
-			}
-			select {
-			case in <- inbound{src: src, msg: msg}:
-			case <-ctx.Done():
-				return
-			}
+		case h.in <- inbound{src: h.src, msg: *p.Message}:
+			return wal.HandleResult{MessageHandled: true}
+		case <-p.Ctx.Done():
+			return wal.HandleResult{Error: p.Ctx.Err()}
 		}
 	}
+	select {
+	case m, ok := <-p.Upstream:
+		if !ok {
+			return wal.HandleResult{Error: wal.ErrUpstreamClosed}
+		}
+		h.buf = m
+		return wal.HandleResult{Incoming: &h.buf}
+	case <-p.Ctx.Done():
+		return wal.HandleResult{Error: p.Ctx.Err()}
+	}
+}
+
+// Close runs once, when the scanner stops (for whatever reason).
+func (h *sourceHandler) Close() { h.stopped <- h.src }
+
+// stopErr is why a source's scanner stopped.
+func (s *source) stopErr() error {
+	<-s.scanner.Done()
+	err := s.scanner.Error()
+	if err == nil {
+		err = errors.New("scanner ended")
+	}
+	return fmt.Errorf("source %s: %w", s.channel, err)
 }
 
 // lagTracker keeps a primary's per-source lag: the channel's last id minus

@@ -49,7 +49,7 @@ type txnLoop struct {
 	rec         *recoverylog.Recorder
 	pub         *topic.Publisher
 	in          <-chan inbound
-	srcErr      <-chan error
+	stopped     <-chan *source // a source's scanner stopped
 	lag         *lagTracker
 	maxBytes    int
 	maxMessages int
@@ -77,8 +77,11 @@ func (l *txnLoop) prevDone() <-chan struct{} {
 func (l *txnLoop) finishPrev() error {
 	p := l.prev
 	l.prev = nil
+	// Apply writes the batch to the DB here, on the loop's goroutine, before
+	// its overlay goes: Get never misses the transaction's writes.
+	err := l.rec.Apply(p.commit)
 	l.sh.inflight = l.sh.inflight[1:]
-	if err := p.commit.Err(); err != nil {
+	if err != nil {
 		return fmt.Errorf("commit transaction: %w", err)
 	}
 	l.mTxns.Inc()
@@ -115,8 +118,8 @@ func (l *txnLoop) run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case err := <-l.srcErr:
-			return err
+		case src := <-l.stopped:
+			return src.stopErr()
 		case <-l.prevDone():
 			if err := l.finishPrev(); err != nil {
 				return err
@@ -170,8 +173,8 @@ func (l *txnLoop) fill(ctx context.Context) error {
 				}
 			case <-ctx.Done():
 				return ctx.Err()
-			case err := <-l.srcErr:
-				return err
+			case src := <-l.stopped:
+				return src.stopErr()
 			}
 			continue
 		}
@@ -205,8 +208,8 @@ func (l *txnLoop) fill(ctx context.Context) error {
 			}
 		case <-ctx.Done():
 			return ctx.Err()
-		case err := <-l.srcErr:
-			return err
+		case src := <-l.stopped:
+			return src.stopErr()
 		}
 	}
 }
