@@ -8,7 +8,7 @@ APT_PKGS  := librocksdb-dev etcd-server etcd-client nats-server prometheus
 # TESTFLAGS: -race catches data races; the timeout bounds a hung test well under CI's limit.
 TESTFLAGS ?= -race -count=1 -timeout 25m
 
-.PHONY: deps build test bench run lint clean
+.PHONY: deps build test bench bench-quick run lint clean
 
 # deps installs the system packages the build and tests need, only when missing.
 deps:
@@ -27,9 +27,15 @@ build:
 test:
 	$(GO) test $(TESTFLAGS) $(PKGS)
 
-# bench prints BENCH lines: each a figure measured in this run against a raw baseline.
+# bench prints BENCH lines: each figure the median over several rounds (with the headline's
+# min and max), each round measuring its raw baseline too. -p 1: one package at a time, so no
+# package's benchmarks disturb another's. bench-quick: one round of each, a fast check.
+BENCHFLAGS ?= -run '^$$' -bench . -benchtime 1x -timeout 30m -p 1
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m $(PKGS) | grep -E '^(BENCH|ok|FAIL|---)'
+	$(GO) test $(BENCHFLAGS) $(PKGS) | grep -E '^(BENCH|ok|FAIL|---)'
+
+bench-quick:
+	CONSUMERD_BENCH_ROUNDS=1 $(GO) test $(BENCHFLAGS) $(PKGS) | grep -E '^(BENCH|ok|FAIL|---)'
 
 run: build
 	./bin/consumerd serve --data-dir $(DATA_DIR)
