@@ -8,7 +8,7 @@ APT_PKGS  := librocksdb-dev etcd-server etcd-client nats-server prometheus
 # TESTFLAGS: -race catches data races; the timeout bounds a hung test well under CI's limit.
 TESTFLAGS ?= -race -count=1 -timeout 25m
 
-.PHONY: deps build test bench run lint clean
+.PHONY: deps build test bench bench-quick run lint staticcheck-install clean
 
 # deps installs the system packages the build and tests need, only when missing.
 deps:
@@ -27,16 +27,34 @@ build:
 test:
 	$(GO) test $(TESTFLAGS) $(PKGS)
 
-# bench prints BENCH lines: each a figure measured in this run against a raw baseline.
+# bench prints BENCH lines: each figure the median over several rounds (with the headline's
+# min and max), each round measuring its raw baseline too. -p 1: one package at a time, so no
+# package's benchmarks disturb another's. bench-quick: one round of each, a fast check.
+BENCHFLAGS ?= -run '^$$' -bench . -benchtime 1x -timeout 30m -p 1
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m $(PKGS) | grep -E '^(BENCH|ok|FAIL|---)'
+	$(GO) test $(BENCHFLAGS) $(PKGS) | grep -E '^(BENCH|ok|FAIL|---)'
+
+bench-quick:
+	CONSUMERD_BENCH_ROUNDS=1 $(GO) test $(BENCHFLAGS) $(PKGS) | grep -E '^(BENCH|ok|FAIL|---)'
 
 run: build
 	./bin/consumerd serve --data-dir $(DATA_DIR)
 
-lint:
+# staticcheck: the pinned version, installed into GOBIN (else the first GOPATH's bin) only when
+# missing or another version, and called by that path.
+STATICCHECK_VERSION := v0.8.2
+GOBIN_DIR   = $(or $(shell $(GO) env GOBIN),$(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin)
+STATICCHECK = $(GOBIN_DIR)/staticcheck
+
+staticcheck-install:
+	@$(GO) version -m $(STATICCHECK) 2>/dev/null | grep -qE '^\s+mod\s+honnef\.co/go/tools\s+$(STATICCHECK_VERSION)\s' || \
+		{ echo "installing staticcheck $(STATICCHECK_VERSION) into $(GOBIN_DIR)"; \
+		  GOBIN=$(GOBIN_DIR) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION); }
+
+lint: staticcheck-install
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	$(STATICCHECK) $(PKGS)
 
 clean:
 	rm -rf bin $(DATA_DIR)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/consumerd/consumerd/internal/benchround"
 	"github.com/consumerd/consumerd/internal/etcdtest"
 	"github.com/hashicorp/go-hclog"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -26,23 +27,31 @@ func benchCluster(nMembers, nZones, nItems, replication, limit int) ([]SchedMemb
 }
 
 // BenchmarkSolve: one solve from scratch of 1,000,000 items × replication 3
-// over 1000 members in 3 zones. The figure is the wall time of Solve.
+// over 1000 members in 3 zones. The figure is the wall time of Solve, the
+// median over rounds (each its own solve from scratch).
 func BenchmarkSolve(b *testing.B) {
 	if b.N > 1 {
 		b.Skip("measures once; run with -benchtime 1x")
 	}
-	members, items := benchCluster(1000, 3, 1_000_000, 3, 10_000)
-	start := time.Now()
-	sol := Solve(members, items)
-	secs := time.Since(start).Seconds()
-	if len(sol.Shortfall) != 0 || sol.Slots != 3_000_000 {
-		b.Fatalf("placed %d slots, %d items short", sol.Slots, len(sol.Shortfall))
-	}
-	if err := quickCheck(members, items, sol); err != nil {
-		b.Fatal(err)
-	}
-	fmt.Printf("BENCH allocator.solve items=%d replication=%d members=%d zones=%d seconds=%.3f\n",
-		len(items), 3, len(members), 3, secs)
+	const nItems, nMembers = 1_000_000, 1000
+	benchround.Run(b, benchround.Spec{
+		Name:     "allocator.solve",
+		Params:   fmt.Sprintf("items=%d replication=%d members=%d zones=%d", nItems, 3, nMembers, 3),
+		Rounds:   5,
+		Headline: []string{"seconds"},
+	}, func(int) []benchround.Figure {
+		members, items := benchCluster(nMembers, 3, nItems, 3, 10_000)
+		start := time.Now()
+		sol := Solve(members, items)
+		secs := time.Since(start).Seconds()
+		if len(sol.Shortfall) != 0 || sol.Slots != 3_000_000 {
+			b.Fatalf("placed %d slots, %d items short", sol.Slots, len(sol.Shortfall))
+		}
+		if err := quickCheck(members, items, sol); err != nil {
+			b.Fatal(err)
+		}
+		return []benchround.Figure{benchround.F("seconds", secs, 3)}
+	})
 }
 
 // quickCheck is a linear-time subset of checkSolution for big inputs:
@@ -111,14 +120,31 @@ func addedPlacements(prev, next *Solution) int {
 // its lease) and the cluster is solved again from the survivors' current
 // assignments. moves = replica placements added by the second solve; held =
 // replicas the dead member held (the minimum any scheduler must add).
+// Each round repeats the whole scenario; the figures are the medians.
 func BenchmarkChurnMemberLoss(b *testing.B) {
 	if b.N > 1 {
 		b.Skip("measures once; run with -benchtime 1x")
 	}
+	benchround.Run(b, benchround.Spec{
+		Name:     "allocator.churn",
+		Params:   "scenario=member-loss",
+		Rounds:   5,
+		Headline: []string{"ratio"},
+	}, func(int) []benchround.Figure {
+		moves, held := churnMemberLoss(b)
+		return []benchround.Figure{
+			benchround.F("moves", float64(moves), 0), benchround.F("held", float64(held), 0),
+			benchround.F("ratio", float64(moves)/float64(held), 3),
+		}
+	})
+}
+
+// churnMemberLoss is one round of BenchmarkChurnMemberLoss.
+func churnMemberLoss(b *testing.B) (moves, held int) {
 	members, items := benchCluster(100, 3, 10_000, 2, 1000)
 	sol := Solve(members, items)
 	dead := 37
-	held := sol.Load[dead]
+	held = sol.Load[dead]
 	survivors := append(append([]SchedMember(nil), members[:dead]...), members[dead+1:]...)
 	remap := func(m int) int {
 		if m > dead {
@@ -146,9 +172,7 @@ func BenchmarkChurnMemberLoss(b *testing.B) {
 	if err := checkSolution(survivors, cur, next); err != nil {
 		b.Fatal(err)
 	}
-	moves := addedPlacements(prev, next)
-	fmt.Printf("BENCH allocator.churn scenario=member-loss moves=%d held=%d ratio=%.3f\n",
-		moves, held, float64(moves)/float64(held))
+	return addedPlacements(prev, next), held
 }
 
 // BenchmarkChurnReplicationChange: 100 members in 3 zones, 10,000 items with
@@ -158,15 +182,31 @@ func BenchmarkChurnMemberLoss(b *testing.B) {
 // moves = replica placements added over all steps; held = the replicas the
 // increases require (sum over changed items of max(0, new-old)), the minimum
 // any scheduler must add. Decreases add nothing required, so any rebalancing
-// they trigger shows up as extra moves.
+// they trigger shows up as extra moves. Each round repeats the whole
+// scenario (the same seed); the figures are the medians.
 func BenchmarkChurnReplicationChange(b *testing.B) {
 	if b.N > 1 {
 		b.Skip("measures once; run with -benchtime 1x")
 	}
+	benchround.Run(b, benchround.Spec{
+		Name:     "allocator.churn",
+		Params:   "scenario=replication-change",
+		Rounds:   5,
+		Headline: []string{"ratio"},
+	}, func(int) []benchround.Figure {
+		moves, held := churnReplicationChange(b)
+		return []benchround.Figure{
+			benchround.F("moves", float64(moves), 0), benchround.F("held", float64(held), 0),
+			benchround.F("ratio", float64(moves)/float64(held), 3),
+		}
+	})
+}
+
+// churnReplicationChange is one round of BenchmarkChurnReplicationChange.
+func churnReplicationChange(b *testing.B) (moves, held int) {
 	r := rand.New(rand.NewSource(1))
 	members, items := benchCluster(100, 3, 10_000, 2, 1000)
 	sol := Solve(members, items)
-	moves, held := 0, 0
 	for step := 0; step < 100; step++ {
 		cur := withCurrent(items, sol, StateStandby)
 		start := r.Intn(len(items))
@@ -185,20 +225,35 @@ func BenchmarkChurnReplicationChange(b *testing.B) {
 	if err := checkSolution(members, items, sol); err != nil {
 		b.Fatal(err)
 	}
-	fmt.Printf("BENCH allocator.churn scenario=replication-change moves=%d held=%d ratio=%.3f\n",
-		moves, held, float64(moves)/float64(held))
+	return moves, held
 }
 
 // BenchmarkConverge: 10 members on an embedded etcd; 10,000 items of
 // replication 2 are created (in 128-op transactions) and the leader assigns
 // them. seconds = from the first item write until every item has its two
 // replicas and the leader is idle at the latest revision; txns = converge
-// transactions the leader sent.
+// transactions the leader sent. Each round runs on a fresh etcd with fresh
+// members; the figures are the medians.
 func BenchmarkConverge(b *testing.B) {
 	if b.N > 1 {
 		b.Skip("measures once; run with -benchtime 1x")
 	}
-	const nItems, nMembers, prefix = 10_000, 10, "/bench"
+	const nItems, nMembers = 10_000, 10
+	benchround.Run(b, benchround.Spec{
+		Name:     "allocator.converge",
+		Params:   fmt.Sprintf("items=%d members=%d", nItems, nMembers),
+		Rounds:   5,
+		Headline: []string{"seconds"},
+	}, func(int) []benchround.Figure {
+		txns, secs := converge(b, nItems, nMembers)
+		return []benchround.Figure{benchround.F("txns", float64(txns), 0), benchround.F("seconds", secs, 3)}
+	})
+}
+
+// converge is one round of BenchmarkConverge: it returns the leader's
+// converge transactions and the seconds to converge.
+func converge(b *testing.B, nItems, nMembers int) (txns int64, secs float64) {
+	const prefix = "/bench"
 	c := etcdtest.Start(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -249,7 +304,7 @@ func BenchmarkConverge(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if resp.Count == 2*nItems && leader.idleRev.Load() >= resp.Header.Revision {
+		if resp.Count == int64(2*nItems) && leader.idleRev.Load() >= resp.Header.Revision {
 			break
 		}
 		if ctx.Err() != nil {
@@ -257,7 +312,5 @@ func BenchmarkConverge(b *testing.B) {
 		}
 		time.Sleep(5 * time.Millisecond) // polling a condition, not synchronising
 	}
-	secs := time.Since(start).Seconds()
-	fmt.Printf("BENCH allocator.converge items=%d members=%d txns=%d seconds=%.3f\n",
-		nItems, nMembers, leader.conv.txns.Load(), secs)
+	return leader.conv.txns.Load(), time.Since(start).Seconds()
 }

@@ -4,16 +4,22 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/linxGnu/grocksdb"
+
+	"github.com/consumerd/consumerd/internal/benchround"
 )
 
 // BenchmarkReplay measures replaying a recovery log of ~128 MiB of Txn
 // records (64 KiB batches of ~120-byte entries) from an embedded JetStream
 // into a fresh RocksDB, against writing the same batches straight into a
-// fresh RocksDB with the same options (RocksDB WAL disabled, no sync). It
+// fresh RocksDB with the same options (RocksDB WAL disabled, no sync). The
+// log is written once; each round writes the raw baseline into a fresh
+// RocksDB and then replays the log into another, and the BENCH line has the
+// medians over the rounds (the ratio's is of the per-round ratios). It
 // prints one BENCH line and does its whole measurement once, whatever b.N.
 func BenchmarkReplay(b *testing.B) {
 	const (
@@ -65,36 +71,52 @@ func BenchmarkReplay(b *testing.B) {
 	}
 	closeWriterDB() // no background compaction of it during the measurements
 
-	// Raw baseline: the same batches straight into a fresh RocksDB.
-	rawDB, closeRawDB := openDB(b, b.TempDir())
-	wo := grocksdb.NewDefaultWriteOptions()
-	wo.DisableWAL(true)
-	defer wo.Destroy()
-	start := time.Now()
-	for i, d := range batches {
-		wb := grocksdb.WriteBatchFrom(d)
-		wb.Put(PositionKey, EncodePosition(Position{Seq: uint64(i)}))
-		err := rawDB.Write(wo, wb)
-		wb.Destroy()
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
-	raw := time.Since(start)
-	closeRawDB()
-
-	// Replay into a fresh RocksDB.
-	b.StartTimer()
-	replayDB, _ := openDB(b, b.TempDir())
-	start = time.Now()
-	got := replayInto(b, op, shard, replayDB)
-	replay := time.Since(start)
-	b.StopTimer()
-	if got != want {
-		b.Fatalf("replayed to %v, writer at %v", got, want)
-	}
-
 	mb := float64(total) / (1 << 20)
-	rate, rawRate := mb/replay.Seconds(), mb/raw.Seconds()
-	fmt.Printf("BENCH recoverylog.replay bytes=%d rate_mb_s=%.1f raw_mb_s=%.1f ratio=%.2f\n", total, rate, rawRate, rate/rawRate)
+	benchround.Run(b, benchround.Spec{
+		Name:     "recoverylog.replay",
+		Params:   fmt.Sprintf("bytes=%d", total),
+		Rounds:   5,
+		Headline: []string{"ratio"},
+	}, func(int) []benchround.Figure {
+		// Raw baseline: the same batches straight into a fresh RocksDB.
+		rawDir := b.TempDir()
+		rawDB, closeRawDB := openDB(b, rawDir)
+		wo := grocksdb.NewDefaultWriteOptions()
+		wo.DisableWAL(true)
+		defer wo.Destroy()
+		start := time.Now()
+		for i, d := range batches {
+			wb := grocksdb.WriteBatchFrom(d)
+			wb.Put(PositionKey, EncodePosition(Position{Seq: uint64(i)}))
+			err := rawDB.Write(wo, wb)
+			wb.Destroy()
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		raw := time.Since(start)
+		closeRawDB()
+
+		// Replay into a fresh RocksDB.
+		b.StartTimer()
+		replayDir := b.TempDir()
+		replayDB, closeReplayDB := openDB(b, replayDir)
+		start = time.Now()
+		got := replayInto(b, op, shard, replayDB)
+		replay := time.Since(start)
+		b.StopTimer()
+		closeReplayDB() // no background compaction of it during the next round
+		if got != want {
+			b.Fatalf("replayed to %v, writer at %v", got, want)
+		}
+		// The next round's DBs start from fresh directories; free this round's disk.
+		_ = os.RemoveAll(rawDir)
+		_ = os.RemoveAll(replayDir)
+
+		rate, rawRate := mb/replay.Seconds(), mb/raw.Seconds()
+		return []benchround.Figure{
+			benchround.F("rate_mb_s", rate, 1), benchround.F("raw_mb_s", rawRate, 1),
+			benchround.F("ratio", rate/rawRate, 2),
+		}
+	})
 }

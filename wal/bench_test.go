@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/consumerd/consumerd/internal/benchround"
 	"github.com/consumerd/consumerd/internal/natstest"
 	"github.com/consumerd/consumerd/wal"
 	"github.com/consumerd/consumerd/wal/message"
@@ -20,9 +21,10 @@ import (
 // against the same backend's walimpls.AsyncAppender called directly, same
 // server, message size and count, in one run. The canonical comparison with
 // raw nats.go PublishAsync is wal.append in wal/walimpls/jetstream; this line
-// says how much of the gap is the adaptor's. Runs alternate (which side goes
-// first flips every round) and the best of each side is compared, so a
-// noisy, shared machine penalises neither. It measures once, whatever b.N.
+// says how much of the gap is the adaptor's. Each round measures both sides
+// (which goes first flips every round) and their ratio; the line reports
+// the medians over the rounds, so a noisy, shared machine penalises
+// neither. It measures once, whatever b.N.
 func BenchmarkAdaptorOverhead(b *testing.B) {
 	const (
 		msgs   = 100000
@@ -97,16 +99,23 @@ func BenchmarkAdaptorOverhead(b *testing.B) {
 		return msgs / elapsed.Seconds()
 	}
 
-	var bestWAL, bestBackend float64
-	for r := 0; r < rounds; r++ {
+	benchround.Run(b, benchround.Spec{
+		Name:     "wal.adaptor_overhead",
+		Params:   fmt.Sprintf("backend=jetstream msgs=%d", msgs),
+		Rounds:   rounds,
+		Headline: []string{"ratio"},
+	}, func(r int) []benchround.Figure {
+		var rate, backendRate float64
 		if r%2 == 0 {
-			bestBackend = max(bestBackend, backend(r))
-			bestWAL = max(bestWAL, adaptor(r))
+			backendRate = backend(r)
+			rate = adaptor(r)
 		} else {
-			bestWAL = max(bestWAL, adaptor(r))
-			bestBackend = max(bestBackend, backend(r))
+			rate = adaptor(r)
+			backendRate = backend(r)
 		}
-	}
-	fmt.Printf("BENCH wal.adaptor_overhead backend=jetstream msgs=%d rate=%.0f backend_rate=%.0f ratio=%.2f\n",
-		msgs, bestWAL, bestBackend, bestWAL/bestBackend)
+		return []benchround.Figure{
+			benchround.F("rate", rate, 0), benchround.F("backend_rate", backendRate, 0),
+			benchround.F("ratio", rate/backendRate, 2),
+		}
+	})
 }

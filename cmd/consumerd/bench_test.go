@@ -3,25 +3,27 @@ package main
 import (
 	"context"
 	"fmt"
-	"math"
-	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/consumerd/consumerd/internal/benchround"
 )
 
 // BenchmarkFailover measures, over several kills, the seconds from SIGKILL
 // of a member holding primaries to every one of its shards PRIMARY on
 // another member (each shard has a hot standby). The baseline it is judged
 // against is the lease TTL of the same run: failover cannot beat the lease
-// expiry, and the goal is p99 <= TTL + 1s. The whole measurement runs once,
+// expiry, and the goal is p99 <= TTL + 1s. Each kill is a round of
+// internal/benchround (8 by default; CONSUMERD_BENCH_ROUNDS overrides), and
+// the figures are quantiles over the kills. The whole measurement runs once,
 // whatever b.N is.
 func BenchmarkFailover(b *testing.B) {
 	const (
 		leaseTTL = 2 * time.Second
-		kills    = 8
+		kills    = 8 // the default; see benchround.Rounds
 		nShards  = 4
 	)
 	c := newCluster(b, leaseTTL)
@@ -56,8 +58,7 @@ func BenchmarkFailover(b *testing.B) {
 	c.mustRun([]byte(strings.Join(lines, "\n")+"\n"), "publish", "--topic", "words")
 
 	b.ResetTimer()
-	var samples, expiries, handoffs []float64
-	for k := 0; k < kills; k++ {
+	res := benchround.Collect(b, kills, func(k int) []benchround.Figure {
 		stable()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		as, err := c.assignments(ctx)
@@ -104,30 +105,21 @@ func BenchmarkFailover(b *testing.B) {
 		if expired == 0 || expired > elapsed {
 			expired = elapsed
 		}
-		samples = append(samples, elapsed.Seconds())
-		expiries = append(expiries, expired.Seconds())
-		handoffs = append(handoffs, (elapsed - expired).Seconds())
 		c.start(byID[victim])
-	}
+		return []benchround.Figure{
+			benchround.F("seconds", elapsed.Seconds(), 2),
+			benchround.F("lease_expiry", expired.Seconds(), 2),
+			benchround.F("handoff", (elapsed - expired).Seconds(), 3),
+		}
+	})
 	b.StopTimer()
-	sort.Float64s(samples)
-	sort.Float64s(expiries)
-	sort.Float64s(handoffs)
-	// p50/p99/max: SIGKILL -> every affected shard PRIMARY elsewhere.
+	// min/p50/p99/max: SIGKILL -> every affected shard PRIMARY elsewhere
+	// (nearest-rank quantiles over the kills).
 	// lease_expiry_p50: SIGKILL -> the victim's member key gone (the raw
 	// baseline no failover can beat); handoff: the rest (promotion + fence).
-	fmt.Printf("BENCH failover lease_ttl=%s kills=%d p50=%.2f p99=%.2f max=%.2f lease_expiry_p50=%.2f handoff_p50=%.3f handoff_max=%.3f\n",
-		leaseTTL, len(samples), quantile(samples, 0.50), quantile(samples, 0.99), samples[len(samples)-1],
-		quantile(expiries, 0.50), quantile(handoffs, 0.50), handoffs[len(handoffs)-1])
-}
-
-// quantile of sorted xs, nearest rank.
-func quantile(xs []float64, q float64) float64 {
-	if len(xs) == 0 {
-		return math.NaN()
-	}
-	i := int(math.Ceil(q*float64(len(xs)))) - 1
-	return xs[max(0, min(i, len(xs)-1))]
+	fmt.Printf("BENCH failover lease_ttl=%s kills=%d min=%.2f p50=%.2f p99=%.2f max=%.2f lease_expiry_p50=%.2f handoff_p50=%.3f handoff_max=%.3f\n",
+		leaseTTL, res.Rounds(), res.Min("seconds"), res.Quantile("seconds", 0.50), res.Quantile("seconds", 0.99), res.Max("seconds"),
+		res.Quantile("lease_expiry", 0.50), res.Quantile("handoff", 0.50), res.Max("handoff"))
 }
 
 // waitForFast polls cond every 20ms (a timing measurement needs finer

@@ -9,6 +9,7 @@ import (
 
 	"github.com/consumerd/consumerd/allocator"
 	"github.com/consumerd/consumerd/examples/wordcount"
+	"github.com/consumerd/consumerd/internal/benchround"
 	"github.com/consumerd/consumerd/internal/natstest"
 	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/shard/shardtest"
@@ -28,13 +29,32 @@ const (
 // apply, plus the published counts) against a raw read of the same messages
 // through the WAL scanner on the same embedded JetStream, and prints
 //
-//	BENCH shard.consume app=wordcount shards=S msgs=N rate=R raw_rate=RAW ratio=X
+//	BENCH shard.consume app=wordcount shards=S msgs=N rounds=K rate=R raw_rate=RAW ratio=X min=… max=…
 //
+// Each round is the whole run on a fresh server and cluster; the figures
+// are the medians over the rounds (the ratio's of the per-round ratios).
 // The work is done once, whatever b.N.
 func BenchmarkConsume(b *testing.B) {
 	if b.N > 1 {
 		b.Skip("measured once at -benchtime 1x")
 	}
+	benchround.Run(b, benchround.Spec{
+		Name:     "shard.consume",
+		Params:   fmt.Sprintf("app=wordcount shards=%d msgs=%d", benchShards, benchMsgs),
+		Rounds:   5,
+		Headline: []string{"ratio"},
+	}, func(int) []benchround.Figure {
+		rate, rawRate := consumeRound(b)
+		return []benchround.Figure{
+			benchround.F("rate", rate, 0), benchround.F("raw_rate", rawRate, 0),
+			benchround.F("ratio", rate/rawRate, 2),
+		}
+	})
+}
+
+// consumeRound is one round of BenchmarkConsume: it returns the shard
+// path's and the raw read's messages per second.
+func consumeRound(b *testing.B) (rate, rawRate float64) {
 	url := natstest.Start(b)
 	e := shardtest.NewCluster(b, jetstream.NewBuilder(jetstream.Config{URL: url}), wordcount.App())
 	e.TxnMaxMessages = 0 // the service default
@@ -136,10 +156,8 @@ func BenchmarkConsume(b *testing.B) {
 	if d := shardtest.DiffCounts(got, wordcount.Count(lines)); d != "" {
 		b.Fatalf("benchmark counts are wrong: %s", d)
 	}
-	rate := float64(benchMsgs) / elapsed.Seconds()
-	rawRate := float64(benchMsgs) / rawElapsed.Seconds()
-	fmt.Printf("BENCH shard.consume app=wordcount shards=%d msgs=%d rate=%.0f raw_rate=%.0f ratio=%.2f\n",
-		benchShards, benchMsgs, rate, rawRate, rate/rawRate)
+	n.Kill() // no idle node of this round runs during the next
+	return float64(benchMsgs) / elapsed.Seconds(), float64(benchMsgs) / rawElapsed.Seconds()
 }
 
 // readAll reads channel from the start until its last id and returns the

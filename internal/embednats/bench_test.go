@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/consumerd/consumerd/internal/benchround"
 	"github.com/consumerd/consumerd/internal/embednats"
 )
 
@@ -58,13 +59,21 @@ func appendRate(b *testing.B, syncAlways bool, n int) float64 {
 
 // BenchmarkSyncAlways measures what Config.SyncAlways costs: pipelined
 // 100-byte appends with an fsync per store write, against the default
-// periodic fsync, alternating and taking the best of three each.
+// periodic fsync. Each round measures both (on fresh servers, the default
+// first) and their ratio; the BENCH line has the medians over the rounds.
 func BenchmarkSyncAlways(b *testing.B) {
 	const n = 10000
-	var bestSync, bestDefault float64
-	for r := 0; r < 3; r++ {
-		bestDefault = max(bestDefault, appendRate(b, false, n))
-		bestSync = max(bestSync, appendRate(b, true, n))
-	}
-	fmt.Printf("BENCH nats.append.sync_always msgs=%d rate=%.0f raw_rate=%.0f ratio=%.2f\n", n, bestSync, bestDefault, bestSync/bestDefault)
+	benchround.Run(b, benchround.Spec{
+		Name:     "nats.append.sync_always",
+		Params:   fmt.Sprintf("msgs=%d", n),
+		Rounds:   5,
+		Headline: []string{"ratio"},
+	}, func(int) []benchround.Figure {
+		rawRate := appendRate(b, false, n)
+		rate := appendRate(b, true, n)
+		return []benchround.Figure{
+			benchround.F("rate", rate, 0), benchround.F("raw_rate", rawRate, 0),
+			benchround.F("ratio", rate/rawRate, 2),
+		}
+	})
 }

@@ -5,12 +5,14 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/linxGnu/grocksdb"
 
+	"github.com/consumerd/consumerd/internal/benchround"
 	"github.com/consumerd/consumerd/internal/natstest"
 	"github.com/consumerd/consumerd/recoverylog"
 	"github.com/consumerd/consumerd/recoverylog/snapshot"
@@ -76,61 +78,72 @@ func buildHistory(b *testing.B, e *env, s *snapshot.Snapshotter, rounds int) int
 }
 
 // recoverSeconds times a fresh member's recovery (empty data dir: restore
-// the newest snapshot, replay the log after it), best of five runs on a
-// shared machine, and checks the result equals the live state.
-func recoverSeconds(b *testing.B, e *env) float64 {
-	best := 0.0
-	for run := 0; run < 5; run++ {
-		dir := filepath.Join(b.TempDir(), "fresh")
-		start := time.Now()
-		res, err := snapshot.Recover(e.ctx, snapshot.RecoverConfig{
-			Shard: e.shard, Dir: dir, Store: e.store, Etcd: e.etcd, Prefix: testPrefix, Opener: e.opener,
-		})
-		d := time.Since(start).Seconds()
-		if err != nil {
-			b.Fatal(err)
-		}
-		if res.Manifest == nil {
-			b.Fatal("recovered without a snapshot")
-		}
-		if run == 0 || d < best {
-			best = d
-		}
-		if run == 0 {
-			b.Logf("restored snapshot %s: %d files, %d MiB; replayed %d records after it",
-				res.Manifest.ID, len(res.Manifest.Files), res.Manifest.Size()>>20, res.Position.Seq-res.Manifest.Position.Seq)
-			db := openDB(b, dir)
-			got, want := dump(b, db), dump(b, e.db)
-			db.Close()
-			if d := diffDumps(got, want); d != "" {
-				b.Fatalf("recovered state differs: %s", d)
-			}
+// the newest snapshot, replay the log after it); with check, it also checks
+// the result equals the live state.
+func recoverSeconds(b *testing.B, e *env, check bool) float64 {
+	dir := filepath.Join(b.TempDir(), "fresh")
+	defer os.RemoveAll(dir)
+	start := time.Now()
+	res, err := snapshot.Recover(e.ctx, snapshot.RecoverConfig{
+		Shard: e.shard, Dir: dir, Store: e.store, Etcd: e.etcd, Prefix: testPrefix, Opener: e.opener,
+	})
+	d := time.Since(start).Seconds()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if res.Manifest == nil {
+		b.Fatal("recovered without a snapshot")
+	}
+	if check {
+		b.Logf("restored snapshot %s: %d files, %d MiB; replayed %d records after it",
+			res.Manifest.ID, len(res.Manifest.Files), res.Manifest.Size()>>20, res.Position.Seq-res.Manifest.Position.Seq)
+		db := openDB(b, dir)
+		got, want := dump(b, db), dump(b, e.db)
+		db.Close()
+		if d := diffDumps(got, want); d != "" {
+			b.Fatalf("recovered state differs: %s", d)
 		}
 	}
-	return best
+	return d
 }
 
 // BenchmarkRecovery: time for a fresh member to rebuild a shard whose
 // history is 1x vs 10x its live state (the same keys overwritten), with
 // snapshots every state/16 of log and truncation, on JetStream (WAL and
-// object store).
+// object store). Both histories are built first; each round then times one
+// recovery of each (which goes first flips every round) and their ratio,
+// and the BENCH line has the medians over the rounds.
 func BenchmarkRecovery(b *testing.B) {
-	var secs [2]float64
+	var envs [2]*env
 	for i, rounds := range []int{1, 10} {
-		func() {
-			url := natstest.Start(b)
-			e := newEnvStore(b, newJetStreamStore(b, url), walimplsjs.NewBuilder(walimplsjs.Config{URL: url}))
-			s := e.snapshotter(nil)
-			t0 := time.Now()
-			written := buildHistory(b, e, s, rounds)
-			built := time.Since(t0)
-			secs[i] = recoverSeconds(b, e)
-			b.Logf("history %dx: %d MiB of log built in %s, recovery %.3fs", rounds, written>>20, built.Round(time.Millisecond), secs[i])
-		}()
+		url := natstest.Start(b)
+		e := newEnvStore(b, newJetStreamStore(b, url), walimplsjs.NewBuilder(walimplsjs.Config{URL: url}))
+		s := e.snapshotter(nil)
+		t0 := time.Now()
+		written := buildHistory(b, e, s, rounds)
+		b.Logf("history %dx: %d MiB of log built in %s", rounds, written>>20, time.Since(t0).Round(time.Millisecond))
+		envs[i] = e
 	}
-	b.ReportMetric(secs[1]/secs[0], "ratio")
-	fmt.Printf("BENCH recovery history_x=10 state_mb=%d seconds_1x=%.3f seconds_10x=%.3f ratio=%.2f\n",
-		benchStateMB, secs[0], secs[1], secs[1]/secs[0])
+	res := benchround.Run(b, benchround.Spec{
+		Name:     "recovery",
+		Params:   fmt.Sprintf("history_x=10 state_mb=%d", benchStateMB),
+		Rounds:   5,
+		Headline: []string{"ratio"},
+	}, func(r int) []benchround.Figure {
+		var secs [2]float64
+		if r%2 == 0 {
+			secs[0] = recoverSeconds(b, envs[0], r == 0)
+			secs[1] = recoverSeconds(b, envs[1], r == 0)
+		} else {
+			secs[1] = recoverSeconds(b, envs[1], false)
+			secs[0] = recoverSeconds(b, envs[0], false)
+		}
+		return []benchround.Figure{
+			benchround.F("seconds_1x", secs[0], 3), benchround.F("seconds_10x", secs[1], 3),
+			benchround.F("ratio", secs[1]/secs[0], 2),
+		}
+	})
+	b.ReportMetric(res.Median("ratio"), "ratio")
 }
 
 // BenchmarkSnapshotIncremental: share of SST bytes the second snapshot
@@ -138,7 +151,23 @@ func BenchmarkRecovery(b *testing.B) {
 // with an L0→L1 compaction re-uploads the files the compaction rewrote;
 // with uniformly random overwrites that is most of the state, about one
 // snapshot in four.)
+//
+// Each round builds its own state on a fresh server and takes both
+// snapshots; the BENCH line has the median over the rounds, and the spread
+// shows the rounds that coincided with a compaction.
 func BenchmarkSnapshotIncremental(b *testing.B) {
+	res := benchround.Run(b, benchround.Spec{
+		Name:     "snapshot.incremental",
+		Rounds:   5,
+		Headline: []string{"reused_ratio"},
+	}, func(int) []benchround.Figure {
+		return []benchround.Figure{benchround.F("reused_ratio", snapshotReusedRatio(b), 3)}
+	})
+	b.ReportMetric(res.Median("reused_ratio"), "reused_ratio")
+}
+
+// snapshotReusedRatio is one round of BenchmarkSnapshotIncremental.
+func snapshotReusedRatio(b *testing.B) float64 {
 	url := natstest.Start(b)
 	e := newEnvStore(b, newJetStreamStore(b, url), walimplsjs.NewBuilder(walimplsjs.Config{URL: url}))
 	s := e.snapshotter(nil)
@@ -160,9 +189,7 @@ func BenchmarkSnapshotIncremental(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ratio := float64(second.ReusedBytes) / float64(second.SSTBytes)
 	b.Logf("first snapshot: %d SST bytes uploaded; second: %d of %d SST bytes reused, %d bytes uploaded",
 		first.UploadedBytes, second.ReusedBytes, second.SSTBytes, second.UploadedBytes)
-	b.ReportMetric(ratio, "reused_ratio")
-	fmt.Printf("BENCH snapshot.incremental reused_ratio=%.3f\n", ratio)
+	return float64(second.ReusedBytes) / float64(second.SSTBytes)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	njs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/consumerd/consumerd/internal/benchround"
 	"github.com/consumerd/consumerd/internal/natstest"
 	"github.com/consumerd/consumerd/wal"
 	"github.com/consumerd/consumerd/wal/message"
@@ -18,10 +19,12 @@ import (
 )
 
 // Benchmarks compare the WAL adaptor over this backend with raw nats.go
-// JetStream on the same embedded server, in the same run: raw and adaptor
-// measurements alternate (benchRounds each) and the best of each is reported,
-// so a noisy, shared machine penalises neither side. Each benchmark does its
-// whole measurement once per invocation, whatever b.N is.
+// JetStream on the same embedded server, in the same run: each of
+// benchRounds rounds measures both sides (which goes first flips every
+// round) and their ratio, and the line reports the medians over the rounds
+// (see internal/benchround), so a noisy, shared machine penalises neither
+// side. Each benchmark does its whole measurement once per invocation,
+// whatever b.N is.
 const (
 	benchMsgs    = 100000
 	benchPayload = 100
@@ -136,30 +139,38 @@ func walOpener(b *testing.B, url string) wal.Opener {
 	return o
 }
 
-func report(name string, n int, rate, raw float64) {
-	fmt.Printf("BENCH %s backend=jetstream msgs=%d rate=%.0f raw_rate=%.0f ratio=%.2f\n", name, n, rate, raw, rate/raw)
+// runRounds runs benchRounds rounds of raw(r) and adaptor(r), alternating
+// which goes first, and prints name's BENCH line: the medians of rate (the
+// adaptor's), raw_rate and the per-round ratio, with the ratio's min and max.
+func runRounds(b *testing.B, name string, n int, raw, adaptor func(r int) float64) {
+	benchround.Run(b, benchround.Spec{
+		Name:     name,
+		Params:   fmt.Sprintf("backend=jetstream msgs=%d", n),
+		Rounds:   benchRounds,
+		Headline: []string{"ratio"},
+	}, func(r int) []benchround.Figure {
+		var rate, rawRate float64
+		if r%2 == 0 {
+			rawRate = raw(r)
+			rate = adaptor(r)
+		} else {
+			rate = adaptor(r)
+			rawRate = raw(r)
+		}
+		return []benchround.Figure{
+			benchround.F("rate", rate, 0), benchround.F("raw_rate", rawRate, 0),
+			benchround.F("ratio", rate/rawRate, 2),
+		}
+	})
 }
 
 func BenchmarkAppend(b *testing.B) {
 	url := natstest.Start(b)
 	_, js := rawConn(b, url)
 	o := walOpener(b, url)
-	var bestRaw, bestWAL float64
-	for r := 0; r < benchRounds; r++ {
-		// Alternate which side goes first.
-		runRaw := func() { bestRaw = max(bestRaw, rawAppend(b, js, fmt.Sprintf("rawappend%d", r), benchMsgs)) }
-		runWAL := func() {
-			bestWAL = max(bestWAL, walAppend(b, o, fmt.Sprintf("bench/append-%d", r), 0, benchMsgs))
-		}
-		if r%2 == 0 {
-			runRaw()
-			runWAL()
-		} else {
-			runWAL()
-			runRaw()
-		}
-	}
-	report("wal.append", benchMsgs, bestWAL, bestRaw)
+	runRounds(b, "wal.append", benchMsgs,
+		func(r int) float64 { return rawAppend(b, js, fmt.Sprintf("rawappend%d", r), benchMsgs) },
+		func(r int) float64 { return walAppend(b, o, fmt.Sprintf("bench/append-%d", r), 0, benchMsgs) })
 }
 
 // rawChainedAppend publishes n messages the way a fenced writer does, with
@@ -217,21 +228,9 @@ func BenchmarkAppendFenced(b *testing.B) {
 	url := natstest.Start(b)
 	_, js := rawConn(b, url)
 	o := walOpener(b, url)
-	var bestRaw, bestWAL float64
-	for r := 0; r < benchRounds; r++ {
-		runRaw := func() { bestRaw = max(bestRaw, rawChainedAppend(b, js, fmt.Sprintf("rawfenced%d", r), benchMsgs)) }
-		runWAL := func() {
-			bestWAL = max(bestWAL, walAppend(b, o, fmt.Sprintf("recovery/bench-%d", r), 1, benchMsgs))
-		}
-		if r%2 == 0 {
-			runRaw()
-			runWAL()
-		} else {
-			runWAL()
-			runRaw()
-		}
-	}
-	report("wal.append.fenced", benchMsgs, bestWAL, bestRaw)
+	runRounds(b, "wal.append.fenced", benchMsgs,
+		func(r int) float64 { return rawChainedAppend(b, js, fmt.Sprintf("rawfenced%d", r), benchMsgs) },
+		func(r int) float64 { return walAppend(b, o, fmt.Sprintf("recovery/bench-%d", r), 1, benchMsgs) })
 }
 
 // rawScan reads n messages of subject from stream with an ordered consumer,
@@ -314,17 +313,7 @@ func BenchmarkScan(b *testing.B) {
 		b.Fatal(err)
 	}
 	stream, subject := "consumerd_"+tok, "consumerd."+tok+".data"
-	var bestRaw, bestWAL float64
-	for r := 0; r < benchRounds; r++ {
-		runRaw := func() { bestRaw = max(bestRaw, rawScan(b, js, stream, subject, benchMsgs)) }
-		runWAL := func() { bestWAL = max(bestWAL, walScan(b, w, benchMsgs)) }
-		if r%2 == 0 {
-			runRaw()
-			runWAL()
-		} else {
-			runWAL()
-			runRaw()
-		}
-	}
-	report("wal.scan", benchMsgs, bestWAL, bestRaw)
+	runRounds(b, "wal.scan", benchMsgs,
+		func(int) float64 { return rawScan(b, js, stream, subject, benchMsgs) },
+		func(int) float64 { return walScan(b, w, benchMsgs) })
 }
