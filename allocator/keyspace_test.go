@@ -130,10 +130,14 @@ func TestKeysRoundTrip(t *testing.T) {
 			t.Errorf("ParseMemberKey(%q) accepted", bad)
 		}
 	}
-	for _, id := range []string{"", ".", "..", "a/b", "a b", "ä"} {
-		if ValidID(id) == nil {
-			t.Errorf("ValidID(%q) accepted", id)
+	// The key parsers apply consumerd's one id rule (internal/ident).
+	for _, id := range []string{"..", "a b", strings.Repeat("i", 201)} {
+		if _, err := ParseItemKey("/root", ItemKey("/root", id)); err == nil {
+			t.Errorf("ParseItemKey accepted item id %q", id)
 		}
+	}
+	if id, err := ParseItemKey("/root", ItemKey("/root", strings.Repeat("i", 200))); err != nil || len(id) != 200 {
+		t.Errorf("ParseItemKey rejected a 200-character id: %v", err)
 	}
 	if _, err := DecodeReplicaStatus([]byte(`{"state":"NOPE"}`)); err == nil {
 		t.Error("unknown state accepted")

@@ -13,6 +13,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/consumerd/consumerd/internal/ident"
 )
 
 // Config configures a Member.
@@ -20,7 +22,7 @@ type Config struct {
 	Client *clientv3.Client
 	// Prefix is the root of the keyspace, e.g. "/consumerd".
 	Prefix string
-	// Zone and MemberID name the member (both ValidID).
+	// Zone and MemberID name the member (both valid ids: internal/ident).
 	Zone, MemberID string
 	// LeaseTTL is the member lease TTL (rounded up to whole seconds; etcd may
 	// raise very small values to its minimum).
@@ -92,10 +94,10 @@ func NewMember(ctx context.Context, cfg Config) (*Member, error) {
 	if cleanPrefix(cfg.Prefix) == "" {
 		return nil, fmt.Errorf("allocator: Config.Prefix %q is empty", cfg.Prefix)
 	}
-	if err := ValidID(cfg.Zone); err != nil {
+	if err := ident.Check(cfg.Zone); err != nil {
 		return nil, fmt.Errorf("allocator: zone: %w", err)
 	}
-	if err := ValidID(cfg.MemberID); err != nil {
+	if err := ident.Check(cfg.MemberID); err != nil {
 		return nil, fmt.Errorf("allocator: member id: %w", err)
 	}
 	if cfg.LeaseTTL <= 0 {

@@ -3,6 +3,8 @@ package shard
 import (
 	"errors"
 	"fmt"
+
+	"github.com/consumerd/consumerd/internal/ident"
 )
 
 // App is an application as the daemon registers it (one per --app name): a
@@ -32,7 +34,7 @@ type App struct {
 
 // Validate checks that the app can be registered.
 func (a App) Validate() error {
-	if err := ValidateID(a.Name); err != nil {
+	if err := ident.Check(a.Name); err != nil {
 		return fmt.Errorf("app: name: %w", err)
 	}
 	if a.NewConsumer == nil {
@@ -42,7 +44,7 @@ func (a App) Validate() error {
 		return fmt.Errorf("app %q: topics: must name at least one topic", a.Name)
 	}
 	for i, t := range a.Topics {
-		if err := ValidateID(t); err != nil {
+		if err := ident.Check(t); err != nil {
 			return fmt.Errorf("app %q: topics[%d]: %w", a.Name, i, err)
 		}
 	}

@@ -4,11 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"sort"
 	"time"
 
 	"github.com/consumerd/consumerd/allocator"
+	"github.com/consumerd/consumerd/internal/ident"
 )
 
 // Defaults applied to a Spec whose transaction durations are zero.
@@ -73,22 +73,6 @@ type Source struct {
 // Channel is the WAL channel of the source: "<topic>/<partition:04d>".
 func (s Source) Channel() string { return fmt.Sprintf("%s/%04d", s.Topic, s.Partition) }
 
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
-
-// ValidateID checks a shard, app or topic name: non-empty, [A-Za-z0-9._-]+.
-func ValidateID(id string) error {
-	if id == "" {
-		return errors.New("must not be empty")
-	}
-	if len(id) > 200 {
-		return fmt.Errorf("%q is longer than 200 characters", id)
-	}
-	if !idPattern.MatchString(id) {
-		return fmt.Errorf("%q must match [A-Za-z0-9._-]+", id)
-	}
-	return nil
-}
-
 // Validate checks the spec and returns an error naming the first bad field,
 // e.g. `shard spec "wc-1": sources[1].partition: must be >= 0, got -2`.
 func (s *Spec) Validate() error {
@@ -99,10 +83,10 @@ func (s *Spec) Validate() error {
 	bad := func(field, format string, args ...any) error {
 		return fmt.Errorf("shard spec %q: %s: %s", name, field, fmt.Sprintf(format, args...))
 	}
-	if err := ValidateID(s.ID); err != nil {
+	if err := ident.Check(s.ID); err != nil {
 		return bad("id", "%v", err)
 	}
-	if err := ValidateID(s.App); err != nil {
+	if err := ident.Check(s.App); err != nil {
 		return bad("app", "%v", err)
 	}
 	if len(s.Sources) == 0 {
@@ -110,7 +94,7 @@ func (s *Spec) Validate() error {
 	}
 	seen := make(map[Source]int, len(s.Sources))
 	for i, src := range s.Sources {
-		if err := ValidateID(src.Topic); err != nil {
+		if err := ident.Check(src.Topic); err != nil {
 			return bad(fmt.Sprintf("sources[%d].topic", i), "%v", err)
 		}
 		if src.Partition < 0 || src.Partition > 9999 {
