@@ -140,12 +140,22 @@ func DecodeGenericItem(id string, raw []byte) (Item, error) {
 	return g, nil
 }
 
-// maxErrorLen bounds ReplicaStatus.Error as stored.
-const maxErrorLen = 4096
+// MaxErrorLen bounds ReplicaStatus.Error as stored, in bytes: a panic's
+// stack must not bloat every watcher's copy of the keyspace.
+const MaxErrorLen = 4096
 
-func truncateError(s string) string {
-	if len(s) <= maxErrorLen {
+// TruncateError cuts s to at most MaxErrorLen bytes, marking the cut and
+// never splitting a UTF-8 sequence (JSON would turn half a character into
+// U+FFFD). UpdateStatus applies it to every status it writes; callers that
+// also show the text elsewhere apply it too, so both places agree.
+func TruncateError(s string) string {
+	if len(s) <= MaxErrorLen {
 		return s
 	}
-	return s[:maxErrorLen-3] + "..."
+	const mark = "…(truncated)"
+	cut := MaxErrorLen - len(mark)
+	for cut > 0 && s[cut]&0xC0 == 0x80 { // s[cut] continues a sequence: cut before its start
+		cut--
+	}
+	return s[:cut] + mark
 }

@@ -226,8 +226,8 @@ func (m *Member) publishLocal(st LocalState) {
 // UpdateStatus writes st as the value of assignment a, under this member's
 // lease, only if the key still exists with a.CreateRevision (so a status
 // never resurrects or overwrites a replaced assignment). It returns an error
-// wrapping ErrAssignmentChanged when that compare fails. Error is truncated
-// to 4 KiB.
+// wrapping ErrAssignmentChanged when that compare fails. Error is cut by
+// TruncateError.
 func (m *Member) UpdateStatus(ctx context.Context, a Assignment, st ReplicaStatus) error {
 	if a.Zone != m.cfg.Zone || a.Member != m.cfg.MemberID {
 		return fmt.Errorf("allocator: updating status of %s/%s/%s/%d: not this member's assignment", a.Item, a.Zone, a.Member, a.Slot)
@@ -237,7 +237,7 @@ func (m *Member) UpdateStatus(ctx context.Context, a Assignment, st ReplicaStatu
 	default:
 		return fmt.Errorf("allocator: updating status of item %s: unknown state %q", a.Item, st.State)
 	}
-	st.Error = truncateError(st.Error)
+	st.Error = TruncateError(st.Error)
 	val, err := json.Marshal(st)
 	if err != nil {
 		return fmt.Errorf("allocator: encoding status: %w", err)

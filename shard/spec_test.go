@@ -170,25 +170,6 @@ func TestTxnPolicy(t *testing.T) {
 	}
 }
 
-func TestTruncateError(t *testing.T) {
-	long := strings.Repeat("é", 3000) // 6000 bytes
-	got := truncateError(errString(long))
-	if len(got) > maxErrorText {
-		t.Fatalf("len %d > %d", len(got), maxErrorText)
-	}
-	if !strings.HasSuffix(got, "…(truncated)") || !strings.HasPrefix(got, "é") {
-		t.Fatalf("bad truncation: %q", got[len(got)-20:])
-	}
-	for _, r := range got {
-		if r == '\uFFFD' {
-			t.Fatal("split a UTF-8 sequence")
-		}
-	}
-	if got := truncateError(errString("short")); got != "short" {
-		t.Fatalf("short: %q", got)
-	}
-}
-
 type errString string
 
 func (e errString) Error() string { return string(e) }
