@@ -9,6 +9,7 @@ import (
 
 	"github.com/consumerd/consumerd/allocator"
 	"github.com/consumerd/consumerd/internal/ident"
+	"github.com/consumerd/consumerd/topic"
 )
 
 // Defaults applied to a Spec whose transaction durations are zero.
@@ -70,11 +71,11 @@ type Source struct {
 	Partition int    `json:"partition"`
 }
 
-// Channel is the WAL channel of the source: "<topic>/<partition:04d>".
-func (s Source) Channel() string { return fmt.Sprintf("%s/%04d", s.Topic, s.Partition) }
+// Channel is the WAL channel of the source (topic.ChannelName).
+func (s Source) Channel() string { return topic.ChannelName(s.Topic, s.Partition) }
 
 // Validate checks the spec and returns an error naming the first bad field,
-// e.g. `shard spec "wc-1": sources[1].partition: must be >= 0, got -2`.
+// e.g. `shard spec "wc-1": sources[1].partition: must be in 0..9999, got -2`.
 func (s *Spec) Validate() error {
 	if s == nil {
 		return errors.New("shard spec: is nil")
@@ -97,8 +98,8 @@ func (s *Spec) Validate() error {
 		if err := ident.Check(src.Topic); err != nil {
 			return bad(fmt.Sprintf("sources[%d].topic", i), "%v", err)
 		}
-		if src.Partition < 0 || src.Partition > 9999 {
-			return bad(fmt.Sprintf("sources[%d].partition", i), "must be in 0..9999, got %d", src.Partition)
+		if src.Partition < 0 || src.Partition >= topic.MaxPartitions {
+			return bad(fmt.Sprintf("sources[%d].partition", i), "must be in 0..%d, got %d", topic.MaxPartitions-1, src.Partition)
 		}
 		if j, dup := seen[src]; dup {
 			return bad(fmt.Sprintf("sources[%d]", i), "duplicates sources[%d] (%s)", j, src.Channel())
