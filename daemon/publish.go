@@ -43,7 +43,7 @@ carries a dedupe id, so the WAL's retries never store a line twice.`,
 				return err
 			}
 			defer cli.Close()
-			parts := shard.TopicPartitions(specsOf(snap))
+			parts := shard.TopicPartitions(shard.Specs(snap))
 			n := parts[topicName]
 			if n == 0 {
 				known := make([]string, 0, len(parts))
