@@ -82,13 +82,22 @@ type Consumer interface {
 	Flush(s Shard, pub *topic.Publisher) error
 }
 
-// Filterer is optionally implemented by a Consumer to drop keys during
-// RocksDB compaction (wired as the database's compaction filter). It must be
-// a pure function of key and value: it runs on RocksDB's threads, maybe
-// concurrently. consumerd's own keys (prefix "\x00consumerd/") are never
-// passed to it, and a panic keeps the key.
+// Filterer is optionally implemented by a Consumer to drop or rewrite keys
+// during RocksDB compaction. Its signature is deliberately that of
+// grocksdb's CompactionFilter.Filter, and it is wired as the database's
+// compaction filter on every replica: return remove to drop the key, or
+// keep it with newVal != nil as its new value (nil keeps the value).
+//
+// It must be a pure function of key and value, and idempotent (a key may
+// pass through several compactions, so rewriting a rewritten value must
+// change nothing): it runs on RocksDB's threads, maybe concurrently, at
+// times and levels that differ between a primary, its standbys and a
+// restored snapshot. Reads may see a value before or after its rewrite.
+// key and val are valid only during the call and must not be modified.
+// Only full values are passed, not merge operands, and never consumerd's
+// own keys (prefix "\x00consumerd/"). A panic keeps the key unchanged.
 type Filterer interface {
-	Filter(level int, key, value []byte) (remove bool)
+	Filter(level int, key, val []byte) (remove bool, newVal []byte)
 }
 
 // ShardIniter is optionally implemented by a Consumer to prepare a shard
