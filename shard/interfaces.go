@@ -21,8 +21,11 @@ type Shard interface {
 	// of its transaction durations applies without a new Shard; a change of
 	// its app or sources restarts the replica). Do not modify it.
 	Spec() *Spec
-	// Partition is the partition index this shard reads from each of its
-	// topics (a shard made by `shards create` reads partition i of each).
+	// Partition is the partition index that every source of the shard
+	// reads (a shard made by `shards create` reads partition i of each of
+	// its app's topics), or -1 when its sources name different partitions
+	// (a spec written for `shards apply` may, e.g. partitions 0 and 1 of one
+	// topic): then read Spec().Sources.
 	Partition() int
 	// Context is cancelled when the shard halts.
 	Context() context.Context

@@ -152,13 +152,21 @@ func (s *Spec) EffectiveMaxTxnDuration() time.Duration {
 	return time.Duration(s.MaxTxnDuration)
 }
 
-// Partition is the partition index of the shard's first source (a shard
-// made by `shards create` reads the same index of each of its topics).
+// Partition is the partition index that every source of the spec reads (a
+// shard made by `shards create` reads index i of each of its app's
+// topics), or -1 when the sources name different partitions, as a spec
+// written for `shards apply` may, or when there are none.
 func (s *Spec) Partition() int {
 	if len(s.Sources) == 0 {
-		return 0
+		return -1
 	}
-	return s.Sources[0].Partition
+	p := s.Sources[0].Partition
+	for _, src := range s.Sources[1:] {
+		if src.Partition != p {
+			return -1
+		}
+	}
+	return p
 }
 
 // specFields are the JSON field names of Spec, for ParseSpec's check.

@@ -108,6 +108,24 @@ func TestDecodeSpec(t *testing.T) {
 	}
 }
 
+func TestSpecPartition(t *testing.T) {
+	for _, c := range []struct {
+		sources []Source
+		want    int
+	}{
+		{[]Source{{"words", 3}}, 3},
+		{[]Source{{"words", 2}, {"clicks", 2}, {"views", 2}}, 2}, // what `shards create` writes
+		{[]Source{{"words", 0}, {"words", 1}}, -1},
+		{[]Source{{"words", 4}, {"clicks", 4}, {"views", 5}}, -1},
+		{nil, -1},
+	} {
+		s := &Spec{ID: "x", App: "a", Sources: c.sources}
+		if got := s.Partition(); got != c.want {
+			t.Errorf("Partition of %v = %d, want %d", c.sources, got, c.want)
+		}
+	}
+}
+
 func TestTopicPartitions(t *testing.T) {
 	specs := []*Spec{
 		{ID: "a", Sources: []Source{{Topic: "words", Partition: 0}, {Topic: "clicks", Partition: 0}}},
