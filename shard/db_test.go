@@ -22,7 +22,6 @@ type rewriter struct{}
 
 var _ Filterer = rewriter{}
 
-func (rewriter) Topics() []string                                      { return nil }
 func (rewriter) Consume(Shard, topic.Envelope, *topic.Publisher) error { return nil }
 func (rewriter) Flush(Shard, *topic.Publisher) error                   { return nil }
 

@@ -61,10 +61,14 @@ type Shard interface {
 	WriteOptions() *grocksdb.WriteOptions
 }
 
-// Consumer is an application: it turns messages of its topics into state.
-// App.NewConsumer makes one per replica; the replica uses it for its
+// Consumer is an application: it turns messages of its shard's sources into
+// state. App.NewConsumer makes one per replica; the replica uses it for its
 // database options (OptionsIniter, Filterer) from the start, and calls
 // Consume and Flush only while it is primary.
+//
+// Unlike the seed's Consumer it has no Topics method: the topics are
+// App.Topics, because they are needed before any Consumer exists (`shards
+// create` derives the specs' sources from them).
 //
 // For each transaction the shard calls Consume once per message, in offset
 // order per partition, then Flush once; then it commits the transaction's
@@ -75,8 +79,6 @@ type Shard interface {
 // recovered and treated as an error. Messages published through pub are
 // at-least-once: they may be published again if the transaction fails.
 type Consumer interface {
-	// Topics names the topics the application consumes.
-	Topics() []string
 	// Consume applies one message to the open transaction.
 	Consume(s Shard, env topic.Envelope, pub *topic.Publisher) error
 	// Flush writes whatever the transaction still holds in the cache to

@@ -50,8 +50,6 @@ var (
 	_ shard.Filterer = rewriteFilter{}
 )
 
-func (mergeCounter) Topics() []string { return []string{wordcount.InputTopic} }
-
 func (mergeCounter) InitOptions(o *grocksdb.Options) { o.SetMergeOperator(sumOperator{}) }
 
 func (mergeCounter) Filter(_ int, key, _ []byte) (bool, []byte) {

@@ -52,9 +52,6 @@ type counts map[string]int64
 
 var _ shard.Consumer = (*Consumer)(nil)
 
-// Topics is the input topic.
-func (c *Consumer) Topics() []string { return []string{InputTopic} }
-
 // Consume counts every whitespace-separated token of the message payload.
 func (c *Consumer) Consume(s shard.Shard, env topic.Envelope, _ *topic.Publisher) error {
 	cache, _ := s.Cache().(counts)
