@@ -12,8 +12,10 @@ import (
 type App struct {
 	// Name is the application's name; a shard spec's app field selects it.
 	Name string
-	// Topics are the topics the application consumes. Each shard reads the
-	// same partition index of every topic (see Spec.Sources).
+	// Topics are the topics the application consumes (the Consumer does not
+	// name them: they are needed before one exists). A shard made by
+	// SpecsFor reads the same partition index of every topic; a spec written
+	// for `shards apply` may name any sources (see Shard.Partition).
 	Topics []string
 	// Outputs are the topics the application publishes to (informational).
 	Outputs []string
