@@ -2,10 +2,11 @@ package allocator
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/consumerd/consumerd/internal/ident"
 )
 
 // Key layout under the root prefix (DESIGN §5):
@@ -18,26 +19,6 @@ const (
 	itemsDir   = "/items/"
 	assignDir  = "/assign/"
 )
-
-// ValidID checks an item, zone or member id: one or more of [A-Za-z0-9._-],
-// and not "." or "..".
-func ValidID(id string) error {
-	if id == "" {
-		return errors.New("empty id")
-	}
-	if id == "." || id == ".." {
-		return fmt.Errorf("invalid id %q", id)
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '.', c == '_', c == '-':
-		default:
-			return fmt.Errorf("invalid id %q: character %q at %d not in [A-Za-z0-9._-]", id, c, i)
-		}
-	}
-	return nil
-}
 
 // cleanPrefix strips a trailing slash: "/consumerd/" and "/consumerd" are the same root.
 func cleanPrefix(prefix string) string { return strings.TrimRight(prefix, "/") }
@@ -78,7 +59,7 @@ func ParseMemberKey(prefix, key string) (zone, id string, err error) {
 		return "", "", fmt.Errorf("member key %q: want <zone>/<member> after %q", key, MembersPrefix(prefix))
 	}
 	for _, p := range parts {
-		if err := ValidID(p); err != nil {
+		if err := ident.Check(p); err != nil {
 			return "", "", fmt.Errorf("member key %q: %w", key, err)
 		}
 	}
@@ -91,7 +72,7 @@ func ParseItemKey(prefix, key string) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("item key %q: not under %q", key, ItemsPrefix(prefix))
 	}
-	if err := ValidID(rest); err != nil {
+	if err := ident.Check(rest); err != nil {
 		return "", fmt.Errorf("item key %q: %w", key, err)
 	}
 	return rest, nil
@@ -109,7 +90,7 @@ func ParseAssignmentKey(prefix, key string) (Assignment, error) {
 		return Assignment{}, fmt.Errorf("assignment key %q: want <item>/<zone>/<member>/<slot> after %q", key, AssignPrefix(prefix))
 	}
 	for _, p := range parts[:3] {
-		if err := ValidID(p); err != nil {
+		if err := ident.Check(p); err != nil {
 			return Assignment{}, fmt.Errorf("assignment key %q: %w", key, err)
 		}
 	}
@@ -159,12 +140,22 @@ func DecodeGenericItem(id string, raw []byte) (Item, error) {
 	return g, nil
 }
 
-// maxErrorLen bounds ReplicaStatus.Error as stored.
-const maxErrorLen = 4096
+// MaxErrorLen bounds ReplicaStatus.Error as stored, in bytes: a panic's
+// stack must not bloat every watcher's copy of the keyspace.
+const MaxErrorLen = 4096
 
-func truncateError(s string) string {
-	if len(s) <= maxErrorLen {
+// TruncateError cuts s to at most MaxErrorLen bytes, marking the cut and
+// never splitting a UTF-8 sequence (JSON would turn half a character into
+// U+FFFD). UpdateStatus applies it to every status it writes; callers that
+// also show the text elsewhere apply it too, so both places agree.
+func TruncateError(s string) string {
+	if len(s) <= MaxErrorLen {
 		return s
 	}
-	return s[:maxErrorLen-3] + "..."
+	const mark = "…(truncated)"
+	cut := MaxErrorLen - len(mark)
+	for cut > 0 && s[cut]&0xC0 == 0x80 { // s[cut] continues a sequence: cut before its start
+		cut--
+	}
+	return s[:cut] + mark
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/consumerd/consumerd/internal/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -130,10 +131,14 @@ func TestKeysRoundTrip(t *testing.T) {
 			t.Errorf("ParseMemberKey(%q) accepted", bad)
 		}
 	}
-	for _, id := range []string{"", ".", "..", "a/b", "a b", "ä"} {
-		if ValidID(id) == nil {
-			t.Errorf("ValidID(%q) accepted", id)
+	// The key parsers apply consumerd's one id rule (internal/ident).
+	for _, id := range []string{"..", "a b", strings.Repeat("i", 201)} {
+		if _, err := ParseItemKey("/root", ItemKey("/root", id)); err == nil {
+			t.Errorf("ParseItemKey accepted item id %q", id)
 		}
+	}
+	if id, err := ParseItemKey("/root", ItemKey("/root", strings.Repeat("i", 200))); err != nil || len(id) != 200 {
+		t.Errorf("ParseItemKey rejected a 200-character id: %v", err)
 	}
 	if _, err := DecodeReplicaStatus([]byte(`{"state":"NOPE"}`)); err == nil {
 		t.Error("unknown state accepted")
@@ -143,5 +148,24 @@ func TestKeysRoundTrip(t *testing.T) {
 	}
 	if _, err := DecodeMemberSpec([]byte(`{"item_limit":-1}`)); err == nil {
 		t.Error("negative item_limit accepted")
+	}
+}
+
+func TestTruncateError(t *testing.T) {
+	long := strings.Repeat("é", 3000) // 6000 bytes, 2 per character
+	got := TruncateError(long)
+	if len(got) > MaxErrorLen {
+		t.Fatalf("len %d > %d", len(got), MaxErrorLen)
+	}
+	if !strings.HasSuffix(got, "…(truncated)") || !strings.HasPrefix(got, "é") {
+		t.Fatalf("bad truncation: %q", got[len(got)-20:])
+	}
+	if !utf8.ValidString(got) {
+		t.Fatal("split a UTF-8 sequence")
+	}
+	for _, s := range []string{"short", strings.Repeat("x", MaxErrorLen)} {
+		if got := TruncateError(s); got != s {
+			t.Fatalf("%d bytes were cut to %d", len(s), len(got))
+		}
 	}
 }

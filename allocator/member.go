@@ -13,6 +13,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/consumerd/consumerd/internal/ident"
 )
 
 // Config configures a Member.
@@ -20,7 +22,7 @@ type Config struct {
 	Client *clientv3.Client
 	// Prefix is the root of the keyspace, e.g. "/consumerd".
 	Prefix string
-	// Zone and MemberID name the member (both ValidID).
+	// Zone and MemberID name the member (both valid ids: internal/ident).
 	Zone, MemberID string
 	// LeaseTTL is the member lease TTL (rounded up to whole seconds; etcd may
 	// raise very small values to its minimum).
@@ -126,10 +128,10 @@ func validateConfig(cfg Config) error {
 	if cleanPrefix(cfg.Prefix) == "" {
 		return fmt.Errorf("allocator: Config.Prefix %q is empty", cfg.Prefix)
 	}
-	if err := ValidID(cfg.Zone); err != nil {
+	if err := ident.Check(cfg.Zone); err != nil {
 		return fmt.Errorf("allocator: zone: %w", err)
 	}
-	if err := ValidID(cfg.MemberID); err != nil {
+	if err := ident.Check(cfg.MemberID); err != nil {
 		return fmt.Errorf("allocator: member id: %w", err)
 	}
 	if cfg.LeaseTTL <= 0 {
@@ -252,8 +254,8 @@ func (m *Member) publishLocal(st LocalState) {
 // UpdateStatus writes st as the value of assignment a, under this member's
 // lease, only if the key still exists with a.CreateRevision (so a status
 // never resurrects or overwrites a replaced assignment). It returns an error
-// wrapping ErrAssignmentChanged when that compare fails. Error is truncated
-// to 4 KiB.
+// wrapping ErrAssignmentChanged when that compare fails. Error is cut by
+// TruncateError.
 func (m *Member) UpdateStatus(ctx context.Context, a Assignment, st ReplicaStatus) error {
 	if a.Zone != m.cfg.Zone || a.Member != m.cfg.MemberID {
 		return fmt.Errorf("allocator: updating status of %s/%s/%s/%d: not this member's assignment", a.Item, a.Zone, a.Member, a.Slot)
@@ -263,7 +265,7 @@ func (m *Member) UpdateStatus(ctx context.Context, a Assignment, st ReplicaStatu
 	default:
 		return fmt.Errorf("allocator: updating status of item %s: unknown state %q", a.Item, st.State)
 	}
-	st.Error = truncateError(st.Error)
+	st.Error = TruncateError(st.Error)
 	val, err := json.Marshal(st)
 	if err != nil {
 		return fmt.Errorf("allocator: encoding status: %w", err)

@@ -81,7 +81,7 @@ func TestMemberLocalAndUpdateStatus(t *testing.T) {
 	st = nextLocal(t, m, func(st LocalState) bool {
 		return len(st.Assignments) == 1 && st.Assignments[0].Status.State == StatePrimary
 	})
-	if got := st.Assignments[0]; got.CreateRevision != a.CreateRevision || len(got.Status.Error) > maxErrorLen {
+	if got := st.Assignments[0]; got.CreateRevision != a.CreateRevision || len(got.Status.Error) > MaxErrorLen {
 		t.Fatalf("after update %+v", got)
 	}
 	// A stale CreateRevision is refused.

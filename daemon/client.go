@@ -121,19 +121,6 @@ func loadSnapshot(ctx context.Context, cli *clientv3.Client, prefix string) (all
 	return ks.Snapshot(), nil
 }
 
-// specsOf returns the decoded shard specs of a snapshot, sorted by id. Items
-// that failed to decode are skipped.
-func specsOf(snap allocator.Snapshot) []*shard.Spec {
-	var out []*shard.Spec
-	for _, it := range snap.Items {
-		if s, ok := it.Item.(*shard.Spec); ok && s != nil {
-			out = append(out, s)
-		}
-	}
-	shard.SortSpecs(out)
-	return out
-}
-
 // ensureShards creates n shards of app when no shard of app exists; it
 // returns how many it created.
 func ensureShards(ctx context.Context, cli *clientv3.Client, prefix string, app shard.App, n int) (int, error) {
@@ -141,7 +128,7 @@ func ensureShards(ctx context.Context, cli *clientv3.Client, prefix string, app 
 	if err != nil {
 		return 0, err
 	}
-	for _, s := range specsOf(snap) {
+	for _, s := range shard.Specs(snap) {
 		if s.App == app.Name {
 			return 0, nil
 		}

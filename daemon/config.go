@@ -11,6 +11,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/pflag"
+
+	"github.com/consumerd/consumerd/internal/ident"
 )
 
 // ServeConfig is the configuration of `consumerd serve`, one field per flag.
@@ -132,10 +134,10 @@ func (c *ServeConfig) Validate() error {
 	default:
 		bad("snapshot.store", "%q must be 'jetstream', 'dir' or 'none'", c.SnapshotStore)
 	}
-	if err := validID(c.MemberID); err != nil {
+	if err := ident.Check(c.MemberID); err != nil {
 		bad("member.id", "%v", err)
 	}
-	if err := validID(c.Zone); err != nil {
+	if err := ident.Check(c.Zone); err != nil {
 		bad("member.zone", "%v", err)
 	}
 	if c.Limit < 0 {
@@ -204,20 +206,6 @@ func advertiseURL(flag string, addr net.Addr, hostname func() (string, error)) s
 		}
 	}
 	return "http://" + net.JoinHostPort(host, port)
-}
-
-// validID mirrors allocator.ValidID ([A-Za-z0-9._-]+) without importing it
-// here, so config validation is pure.
-func validID(id string) error {
-	if id == "" {
-		return errors.New("empty id")
-	}
-	for _, r := range id {
-		if !(r == '.' || r == '-' || r == '_' || (r >= '0' && r <= '9') || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z')) {
-			return fmt.Errorf("id %q has character %q; ids are [A-Za-z0-9._-]+", id, r)
-		}
-	}
-	return nil
 }
 
 // newLogger builds the process logger from --log.level and --log.format.

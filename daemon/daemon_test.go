@@ -115,6 +115,8 @@ func TestServeConfigValidate(t *testing.T) {
 		{[]string{"--wal.replicas", "0"}, "--wal.replicas"},
 		{[]string{"--member.id", "a/b"}, "--member.id"},
 		{[]string{"--member.zone", ""}, "--member.zone"},
+		{[]string{"--member.id", ".."}, `--member.id: ".." is not allowed`},
+		{[]string{"--member.zone", strings.Repeat("z", 201)}, "--member.zone: \"zzzz"},
 		{[]string{"--member.limit", "-1"}, "--member.limit"},
 		{[]string{"--http.addr", "8080"}, "--http.addr"},
 		{[]string{"--http.advertise", "node7:8080"}, "--http.advertise"},

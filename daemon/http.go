@@ -292,12 +292,11 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request, sess *session, 
 		return
 	}
 	snap := sess.member.KeySpace().Snapshot()
-	p, ok := primaryOf(snap, shardID)
+	p, ep, ok := shard.PrimaryOf(snap, shardID)
 	if !ok {
 		httpError(w, http.StatusServiceUnavailable, "shard %s has no primary", shardID)
 		return
 	}
-	ep := endpointOf(snap, p.Zone, p.Member)
 	if ep == "" || ep == s.endpoint {
 		httpError(w, http.StatusServiceUnavailable, "shard %s: primary %s/%s is not serving it yet (%s)", shardID, p.Zone, p.Member, p.Status.State)
 		return
@@ -325,13 +324,12 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request, sess *session, 
 // when a shard has no primary or does not answer, so a result is never
 // silently partial.
 func gather(ctx context.Context, hc *http.Client, snap allocator.Snapshot, app shard.App, key string, all bool) (map[string]string, error) {
-	var ids []string
-	for id, it := range snap.Items {
-		if sp, ok := it.Item.(*shard.Spec); ok && sp != nil && sp.App == app.Name && !sp.Disable {
-			ids = append(ids, id)
+	var ids []string // sorted: shard.Specs is
+	for _, sp := range shard.Specs(snap) {
+		if sp.App == app.Name && !sp.Disable {
+			ids = append(ids, sp.ID)
 		}
 	}
-	sort.Strings(ids)
 	if len(ids) == 0 {
 		return nil, fmt.Errorf("app %s has no shards", app.Name)
 	}
@@ -397,14 +395,13 @@ func mergeShards(app shard.App, ids []string, per map[string]map[string]string) 
 
 // queryShard asks shard id's primary (per snap) for its values.
 func queryShard(ctx context.Context, hc *http.Client, snap allocator.Snapshot, app, id, key string, all bool) (map[string]string, error) {
-	p, ok := primaryOf(snap, id)
+	p, ep, ok := shard.PrimaryOf(snap, id)
 	if !ok {
 		return nil, fmt.Errorf("shard %s has no primary", id)
 	}
 	if p.Status.State != allocator.StatePrimary {
 		return nil, fmt.Errorf("shard %s: primary %s/%s is %s, not PRIMARY yet", id, p.Zone, p.Member, p.Status.State)
 	}
-	ep := endpointOf(snap, p.Zone, p.Member)
 	if ep == "" {
 		return nil, fmt.Errorf("shard %s: primary %s/%s has no endpoint", id, p.Zone, p.Member)
 	}

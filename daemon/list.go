@@ -112,26 +112,6 @@ func memberRows(snap allocator.Snapshot) []MemberRow {
 	return rows
 }
 
-// endpointOf returns the endpoint of member zone/id in snap.
-func endpointOf(snap allocator.Snapshot, zone, id string) string {
-	for _, m := range snap.Members {
-		if m.Zone == zone && m.ID == id {
-			return m.Spec.Endpoint
-		}
-	}
-	return ""
-}
-
-// primaryOf returns the slot-0 assignment of shard id.
-func primaryOf(snap allocator.Snapshot, id string) (allocator.Assignment, bool) {
-	for _, a := range snap.Assignments {
-		if a.Item == id && a.Slot == 0 {
-			return a, true
-		}
-	}
-	return allocator.Assignment{}, false
-}
-
 // fillLag sets rows' lag: WAL LastID minus the offset the primary reports in
 // its /v1/status. Channels that cannot be measured are left out, and a note
 // goes to warn.
@@ -140,12 +120,8 @@ func fillLag(ctx context.Context, snap allocator.Snapshot, rows []ShardRow, open
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, row := range rows {
-		p, ok := primaryOf(snap, row.ID)
-		if !ok {
-			continue
-		}
-		ep := endpointOf(snap, p.Zone, p.Member)
-		if ep == "" {
+		p, ep, ok := shard.PrimaryOf(snap, row.ID)
+		if !ok || ep == "" {
 			continue
 		}
 		mu.Lock()
@@ -173,11 +149,11 @@ func fillLag(ctx context.Context, snap allocator.Snapshot, rows []ShardRow, open
 	lastIDs := map[string]message.MessageID{}
 	walOK := opener != nil
 	for i, row := range rows {
-		p, ok := primaryOf(snap, row.ID)
+		_, ep, ok := shard.PrimaryOf(snap, row.ID)
 		if !ok {
 			continue
 		}
-		st := statuses[endpointOf(snap, p.Zone, p.Member)]
+		st := statuses[ep]
 		if st == nil {
 			continue
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
 
+	"github.com/consumerd/consumerd/internal/ident"
 	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/topic"
 	"github.com/consumerd/consumerd/wal/message"
@@ -33,7 +34,7 @@ shard reads from T); it is an error when no shard consumes T. Every message
 carries a dedupe id, so the WAL's retries never store a line twice.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := shard.ValidateID(topicName); err != nil {
+			if err := ident.Check(topicName); err != nil {
 				return usagef("--topic: %v", err)
 			}
 			ctx := cmd.Context()
@@ -42,7 +43,7 @@ carries a dedupe id, so the WAL's retries never store a line twice.`,
 				return err
 			}
 			defer cli.Close()
-			parts := shard.TopicPartitions(specsOf(snap))
+			parts := shard.TopicPartitions(shard.Specs(snap))
 			n := parts[topicName]
 			if n == 0 {
 				known := make([]string, 0, len(parts))

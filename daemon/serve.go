@@ -84,7 +84,7 @@ type server struct {
 }
 
 // session is one member incarnation: a lease and its shard service. Query
-// routing reads the member's KeySpace mirror directly (primaryOf).
+// routing reads the member's KeySpace mirror directly (shard.PrimaryOf).
 type session struct {
 	member *allocator.Member
 	svc    *shard.Service

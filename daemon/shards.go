@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/consumerd/consumerd/allocator"
+	"github.com/consumerd/consumerd/internal/ident"
 	"github.com/consumerd/consumerd/shard"
 )
 
@@ -140,7 +141,7 @@ func parseApplyFile(data []byte, apps map[string]shard.App) ([]applyEntry, error
 		}
 		seen[id] = i
 		if del {
-			if err := shard.ValidateID(id); err != nil {
+			if err := ident.Check(id); err != nil {
 				return nil, fmt.Errorf("%s: id: %w", where, err)
 			}
 			out = append(out, applyEntry{ID: id, Delete: true})

@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/consumerd/consumerd/allocator"
+	"github.com/consumerd/consumerd/internal/ident"
 	"github.com/consumerd/consumerd/recoverylog/snapshot"
 	"github.com/consumerd/consumerd/shard"
 )
@@ -60,7 +61,7 @@ Snapshots are read from the JetStream object store on --wal.url, or from
 			if shardID == "" {
 				return usagef("--shard: required")
 			}
-			if err := allocator.ValidID(shardID); err != nil {
+			if err := ident.Check(shardID); err != nil {
 				return usagef("--shard: %v", err)
 			}
 			if dir == "" {

@@ -3,6 +3,8 @@ package shard
 import (
 	"errors"
 	"fmt"
+
+	"github.com/consumerd/consumerd/internal/ident"
 )
 
 // App is an application as the daemon registers it (one per --app name): a
@@ -10,8 +12,10 @@ import (
 type App struct {
 	// Name is the application's name; a shard spec's app field selects it.
 	Name string
-	// Topics are the topics the application consumes. Each shard reads the
-	// same partition index of every topic (see Spec.Sources).
+	// Topics are the topics the application consumes (the Consumer does not
+	// name them: they are needed before one exists). A shard made by
+	// SpecsFor reads the same partition index of every topic; a spec written
+	// for `shards apply` may name any sources (see Shard.Partition).
 	Topics []string
 	// Outputs are the topics the application publishes to (informational).
 	Outputs []string
@@ -32,7 +36,7 @@ type App struct {
 
 // Validate checks that the app can be registered.
 func (a App) Validate() error {
-	if err := ValidateID(a.Name); err != nil {
+	if err := ident.Check(a.Name); err != nil {
 		return fmt.Errorf("app: name: %w", err)
 	}
 	if a.NewConsumer == nil {
@@ -42,7 +46,7 @@ func (a App) Validate() error {
 		return fmt.Errorf("app %q: topics: must name at least one topic", a.Name)
 	}
 	for i, t := range a.Topics {
-		if err := ValidateID(t); err != nil {
+		if err := ident.Check(t); err != nil {
 			return fmt.Errorf("app %q: topics[%d]: %w", a.Name, i, err)
 		}
 	}

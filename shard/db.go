@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/linxGnu/grocksdb"
@@ -72,12 +73,23 @@ func destroyOptions(opts *grocksdb.Options, c Consumer) {
 	opts.Destroy()
 }
 
-// compactionFilter adapts a Filterer: consumerd's own keys are always kept,
-// and a panic in the application keeps the key (it runs on RocksDB's
-// threads, where a panic would kill the process).
+// compactionFilter adapts a Filterer: consumerd's own keys are never passed
+// to it, and a panic in the application keeps the key unchanged (it runs on
+// RocksDB's threads, where a panic would kill the process).
 type compactionFilter struct {
 	f      Filterer
 	logger hclog.Logger
+
+	// kept holds, per OS thread, the last rewritten value handed to
+	// RocksDB. grocksdb v1.7.15 passes newVal to RocksDB as a pointer into
+	// Go memory, and RocksDB copies it only after the Go callback returned,
+	// when nothing in Go references it: a garbage collection in between
+	// could free it. RocksDB has copied it before the same thread calls the
+	// filter again (a cgo callback runs on the calling C thread), so keeping
+	// the latest value per thread is enough, and bounded by RocksDB's
+	// compaction threads.
+	mu   sync.Mutex
+	kept map[int][]byte
 }
 
 func (c *compactionFilter) Name() string { return "consumerd.Filterer" }
@@ -92,9 +104,21 @@ func (c *compactionFilter) Filter(level int, key, val []byte) (remove bool, newV
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			c.logger.Error("compaction filter panicked; keeping the key", "panic", r)
-			remove = false
+			c.logger.Error("compaction filter panicked; keeping the key unchanged", "key", fmt.Sprintf("%q", key), "panic", r)
+			remove, newVal = false, nil
 		}
 	}()
-	return c.f.Filter(level, key, val), nil
+	remove, newVal = c.f.Filter(level, key, val)
+	if remove {
+		return true, nil
+	}
+	if newVal != nil {
+		c.mu.Lock()
+		if c.kept == nil {
+			c.kept = make(map[int][]byte)
+		}
+		c.kept[osThreadID()] = newVal
+		c.mu.Unlock()
+	}
+	return false, newVal
 }

@@ -6,10 +6,14 @@
 //
 // An application implements Consumer (plus optionally Filterer,
 // ShardIniter, ShardHalter, OptionsIniter; see interfaces.go) and is
-// registered as an App: a factory of Consumers and how to query and merge
-// its state. A shard is described by a Spec (stored as JSON at
-// <root>/items/<shard>): the app that runs it, the topic partitions it
-// consumes (Sources), its hot standbys, and its transaction durations.
+// registered as an App: its topics, a factory of Consumers, and how to
+// query and merge its state. A Filterer is RocksDB's compaction filter: it
+// drops keys or rewrites their values when RocksDB compacts. A shard is
+// described by a Spec (stored as JSON at <root>/items/<shard>): the app
+// that runs it, the topic partitions it consumes (Sources), its hot
+// standbys, and its transaction durations. Shard.Partition is the
+// partition index all its sources share, or -1 when they name different
+// ones.
 //
 // # Lifecycle
 //
@@ -73,7 +77,9 @@
 //
 // Service.Primary gives read access to a local primary's committed state
 // (what App.Query and App.Scan read); Resolver finds which shard owns a key
-// and which member runs its primary, from the allocator's mirror.
+// and which member runs its primary, from the allocator's mirror. Specs and
+// PrimaryOf are the same lookups on a snapshot (the daemon's client
+// commands use them).
 //
 // # Metrics
 //

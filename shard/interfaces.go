@@ -21,8 +21,11 @@ type Shard interface {
 	// of its transaction durations applies without a new Shard; a change of
 	// its app or sources restarts the replica). Do not modify it.
 	Spec() *Spec
-	// Partition is the partition index this shard reads from each of its
-	// topics (a shard made by `shards create` reads partition i of each).
+	// Partition is the partition index that every source of the shard
+	// reads (a shard made by `shards create` reads partition i of each of
+	// its app's topics), or -1 when its sources name different partitions
+	// (a spec written for `shards apply` may, e.g. partitions 0 and 1 of one
+	// topic): then read Spec().Sources.
 	Partition() int
 	// Context is cancelled when the shard halts.
 	Context() context.Context
@@ -58,10 +61,14 @@ type Shard interface {
 	WriteOptions() *grocksdb.WriteOptions
 }
 
-// Consumer is an application: it turns messages of its topics into state.
-// App.NewConsumer makes one per replica; the replica uses it for its
+// Consumer is an application: it turns messages of its shard's sources into
+// state. App.NewConsumer makes one per replica; the replica uses it for its
 // database options (OptionsIniter, Filterer) from the start, and calls
 // Consume and Flush only while it is primary.
+//
+// Unlike the seed's Consumer it has no Topics method: the topics are
+// App.Topics, because they are needed before any Consumer exists (`shards
+// create` derives the specs' sources from them).
 //
 // For each transaction the shard calls Consume once per message, in offset
 // order per partition, then Flush once; then it commits the transaction's
@@ -72,8 +79,6 @@ type Shard interface {
 // recovered and treated as an error. Messages published through pub are
 // at-least-once: they may be published again if the transaction fails.
 type Consumer interface {
-	// Topics names the topics the application consumes.
-	Topics() []string
 	// Consume applies one message to the open transaction.
 	Consume(s Shard, env topic.Envelope, pub *topic.Publisher) error
 	// Flush writes whatever the transaction still holds in the cache to
@@ -82,13 +87,22 @@ type Consumer interface {
 	Flush(s Shard, pub *topic.Publisher) error
 }
 
-// Filterer is optionally implemented by a Consumer to drop keys during
-// RocksDB compaction (wired as the database's compaction filter). It must be
-// a pure function of key and value: it runs on RocksDB's threads, maybe
-// concurrently. consumerd's own keys (prefix "\x00consumerd/") are never
-// passed to it, and a panic keeps the key.
+// Filterer is optionally implemented by a Consumer to drop or rewrite keys
+// during RocksDB compaction. Its signature is deliberately that of
+// grocksdb's CompactionFilter.Filter, and it is wired as the database's
+// compaction filter on every replica: return remove to drop the key, or
+// keep it with newVal != nil as its new value (nil keeps the value).
+//
+// It must be a pure function of key and value, and idempotent (a key may
+// pass through several compactions, so rewriting a rewritten value must
+// change nothing): it runs on RocksDB's threads, maybe concurrently, at
+// times and levels that differ between a primary, its standbys and a
+// restored snapshot. Reads may see a value before or after its rewrite.
+// key and val are valid only during the call and must not be modified.
+// Only full values are passed, not merge operands, and never consumerd's
+// own keys (prefix "\x00consumerd/"). A panic keeps the key unchanged.
 type Filterer interface {
-	Filter(level int, key, value []byte) (remove bool)
+	Filter(level int, key, val []byte) (remove bool, newVal []byte)
 }
 
 // ShardIniter is optionally implemented by a Consumer to prepare a shard

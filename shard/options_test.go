@@ -12,6 +12,7 @@ import (
 
 	"github.com/consumerd/consumerd/allocator"
 	"github.com/consumerd/consumerd/examples/wordcount"
+	"github.com/consumerd/consumerd/internal/rockstest"
 	"github.com/consumerd/consumerd/recoverylog"
 	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/shard/shardtest"
@@ -43,11 +44,17 @@ func (sumOperator) FullMerge(_, existing []byte, operands [][]byte) ([]byte, boo
 // that its Filterer drops at compaction.
 type mergeCounter struct{}
 
-func (mergeCounter) Topics() []string { return []string{wordcount.InputTopic} }
+var (
+	_ shard.Filterer = mergeCounter{}
+	_ shard.Filterer = everythingFilter{}
+	_ shard.Filterer = rewriteFilter{}
+)
 
 func (mergeCounter) InitOptions(o *grocksdb.Options) { o.SetMergeOperator(sumOperator{}) }
 
-func (mergeCounter) Filter(_ int, key, _ []byte) bool { return strings.HasPrefix(string(key), "tmp/") }
+func (mergeCounter) Filter(_ int, key, _ []byte) (bool, []byte) {
+	return strings.HasPrefix(string(key), "tmp/"), nil
+}
 
 func (mergeCounter) Consume(s shard.Shard, env topic.Envelope, _ *topic.Publisher) error {
 	one := binary.LittleEndian.AppendUint64(nil, 1)
@@ -63,7 +70,13 @@ func (mergeCounter) Flush(shard.Shard, *topic.Publisher) error { return nil }
 // everythingFilter would drop every key: consumerd's own keys must survive.
 type everythingFilter struct{ mergeCounter }
 
-func (everythingFilter) Filter(int, []byte, []byte) bool { return true }
+func (everythingFilter) Filter(int, []byte, []byte) (bool, []byte) { return true, nil }
+
+// rewriteFilter would rewrite every value: consumerd's own keys must keep
+// theirs.
+type rewriteFilter struct{ mergeCounter }
+
+func (rewriteFilter) Filter(int, []byte, []byte) (bool, []byte) { return false, []byte("rewritten") }
 
 func mergeCounts(t *testing.T, db *grocksdb.DB) map[string]int64 {
 	t.Helper()
@@ -97,12 +110,13 @@ func countPrefix(t *testing.T, db *grocksdb.DB, prefix string) int {
 
 // TestOptionsIniterAndFilterer: a Consumer's merge operator is installed on
 // the primary and on a standby (whose replay applies the same merges), and
-// its compaction filter drops its keys but never consumerd's own.
+// its compaction filter drops or rewrites its keys but never consumerd's
+// own.
 func TestOptionsIniterAndFilterer(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		consumer shard.Consumer
-	}{{"filter-scratch", mergeCounter{}}, {"filter-everything", everythingFilter{}}} {
+	}{{"filter-scratch", mergeCounter{}}, {"filter-everything", everythingFilter{}}, {"rewrite-everything", rewriteFilter{}}} {
 		t.Run(tc.name, func(t *testing.T) {
 			app := wordcount.App()
 			app.Name = "merger"
@@ -145,7 +159,11 @@ func TestOptionsIniterAndFilterer(t *testing.T) {
 				t.Fatal("no scratch keys before compaction")
 			}
 			db.CompactRange(grocksdb.Range{})
-			if n := countPrefix(t, db, "tmp/"); n != 0 {
+			if tc.name == "rewrite-everything" {
+				if got := rockstest.Map(t, db); got["tmp/"+strings.Fields(lines[0])[0]] != "rewritten" {
+					t.Errorf("scratch key not rewritten by compaction")
+				}
+			} else if n := countPrefix(t, db, "tmp/"); n != 0 {
 				t.Errorf("%d scratch keys survived compaction", n)
 			}
 			if tc.name == "filter-scratch" {

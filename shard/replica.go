@@ -166,13 +166,14 @@ func (r *replica) clearState() {
 	}
 }
 
-// fail records err as FAILED in etcd (truncated to maxErrorText).
+// fail records err as FAILED in etcd, cut by allocator.TruncateError here
+// already so that /v1/status shows the text etcd holds.
 func (r *replica) fail(err error) {
 	r.logger.Error("replica failed", "error", err)
 	metricFailures.WithLabelValues(r.id).Inc()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	r.setState(ctx, allocator.StateFailed, truncateError(err))
+	r.setState(ctx, allocator.StateFailed, allocator.TruncateError(err.Error()))
 }
 
 func (r *replica) info() ReplicaInfo {

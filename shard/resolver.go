@@ -2,7 +2,6 @@ package shard
 
 import (
 	"fmt"
-	"sort"
 
 	"github.com/consumerd/consumerd/allocator"
 	"github.com/consumerd/consumerd/topic"
@@ -39,34 +38,43 @@ func (r *Resolver) Primaries(app string) map[string]string {
 	return primaries(r.ks.Snapshot(), app)
 }
 
-// snapshotSpecs returns the shard specs of a snapshot, by id.
-func snapshotSpecs(snap allocator.Snapshot) map[string]*Spec {
-	out := make(map[string]*Spec, len(snap.Items))
+// Specs returns the shard specs of snap, sorted by id. An item that the
+// snapshot's KeySpace did not decode as a *Spec is decoded from its raw
+// value; one that is not a valid spec is left out. It and PrimaryOf are the
+// lookups behind Resolver, and what the daemon's client commands use on a
+// snapshot they loaded themselves.
+func Specs(snap allocator.Snapshot) []*Spec {
+	out := make([]*Spec, 0, len(snap.Items))
 	for id, it := range snap.Items {
-		if s, ok := it.Item.(*Spec); ok {
-			out[id] = s
+		if s, ok := it.Item.(*Spec); ok && s != nil {
+			out = append(out, s)
 			continue
 		}
 		if s, err := decodeSpec(id, it.Raw); err == nil {
-			out[id] = s
+			out = append(out, s)
 		}
 	}
+	SortSpecs(out)
 	return out
 }
 
-// primaryEndpoint returns the endpoint of shard's slot-0 member, or "".
-func primaryEndpoint(snap allocator.Snapshot, shardID string) string {
-	for _, a := range snap.Assignments {
-		if a.Item != shardID || a.Slot != 0 {
+// PrimaryOf returns shard shardID's slot-0 assignment in snap and the
+// endpoint its member announced. ok is false when the shard has no slot-0
+// assignment; endpoint is "" when the member's key is gone (its lease is
+// expiring) or it announced none.
+func PrimaryOf(snap allocator.Snapshot, shardID string) (a allocator.Assignment, endpoint string, ok bool) {
+	for _, asg := range snap.Assignments {
+		if asg.Item != shardID || asg.Slot != 0 {
 			continue
 		}
 		for _, m := range snap.Members {
-			if m.Zone == a.Zone && m.ID == a.Member {
-				return m.Spec.Endpoint
+			if m.Zone == asg.Zone && m.ID == asg.Member {
+				return asg, m.Spec.Endpoint, true
 			}
 		}
+		return asg, "", true
 	}
-	return ""
+	return allocator.Assignment{}, "", false
 }
 
 func resolve(snap allocator.Snapshot, app, topicName string, partitions int, key string) (string, string, error) {
@@ -74,19 +82,18 @@ func resolve(snap allocator.Snapshot, app, topicName string, partitions int, key
 		return "", "", fmt.Errorf("resolve %q in topic %q: partitions must be at least 1, got %d", key, topicName, partitions)
 	}
 	p := topic.PartitionFor(key, partitions)
-	var owners []string
-	for id, s := range snapshotSpecs(snap) {
+	var owners []string // sorted: Specs is
+	for _, s := range Specs(snap) {
 		if app != "" && s.App != app {
 			continue
 		}
 		for _, src := range s.Sources {
 			if src.Topic == topicName && src.Partition == p {
-				owners = append(owners, id)
+				owners = append(owners, s.ID)
 				break
 			}
 		}
 	}
-	sort.Strings(owners)
 	switch len(owners) {
 	case 0:
 		return "", "", fmt.Errorf("resolve %q: no shard consumes %s", key, topic.ChannelName(topicName, p))
@@ -94,7 +101,7 @@ func resolve(snap allocator.Snapshot, app, topicName string, partitions int, key
 	default:
 		return "", "", fmt.Errorf("resolve %q: several shards consume %s: %v (name the app)", key, topic.ChannelName(topicName, p), owners)
 	}
-	ep := primaryEndpoint(snap, owners[0])
+	_, ep, _ := PrimaryOf(snap, owners[0])
 	if ep == "" {
 		return owners[0], "", fmt.Errorf("resolve %q: shard %s has no primary", key, owners[0])
 	}
@@ -103,11 +110,11 @@ func resolve(snap allocator.Snapshot, app, topicName string, partitions int, key
 
 func primaries(snap allocator.Snapshot, app string) map[string]string {
 	out := make(map[string]string)
-	for id, s := range snapshotSpecs(snap) {
+	for _, s := range Specs(snap) {
 		if s.App != app || s.Disable {
 			continue
 		}
-		out[id] = primaryEndpoint(snap, id)
+		_, out[s.ID], _ = PrimaryOf(snap, s.ID)
 	}
 	return out
 }

@@ -87,6 +87,27 @@ func TestResolve(t *testing.T) {
 		t.Errorf("by app: %s %s %v", id, ep, err)
 	}
 
+	// Specs decodes raw items too, and sorts.
+	var ids []string
+	for _, s := range Specs(snap) {
+		ids = append(ids, s.ID)
+	}
+	if want := []string{"other-0", "wc-0", "wc-1", "wc-2", "wc-3"}; !reflect.DeepEqual(ids, want) {
+		t.Errorf("Specs ids = %v, want %v", ids, want)
+	}
+	// PrimaryOf: slot 0 only; a slot-0 member without a member key has no
+	// endpoint; a shard without slot 0 has no primary.
+	gone := snapshotOf(t, specs, map[string]string{"m1": "http://m1"}, [][3]string{{"wc-0", "m2", "1"}, {"wc-0", "m1", "0"}, {"wc-1", "m3", "0"}})
+	if a, ep, ok := PrimaryOf(gone, "wc-0"); !ok || a.Member != "m1" || a.Slot != 0 || ep != "http://m1" {
+		t.Errorf("PrimaryOf(wc-0) = %+v %q %v", a, ep, ok)
+	}
+	if a, ep, ok := PrimaryOf(gone, "wc-1"); !ok || a.Member != "m3" || ep != "" {
+		t.Errorf("PrimaryOf(wc-1) = %+v %q %v, want m3 without endpoint", a, ep, ok)
+	}
+	if _, _, ok := PrimaryOf(gone, "wc-2"); ok {
+		t.Error("PrimaryOf(wc-2): no slot 0, yet ok")
+	}
+
 	got := primaries(snap, "wordcount")
 	want := map[string]string{"wc-0": "http://m1", "wc-1": "http://m2", "wc-2": "http://m1", "wc-3": ""}
 	if !reflect.DeepEqual(got, want) {

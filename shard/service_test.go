@@ -73,8 +73,6 @@ func TestPrimaryCountsAndRestartsFromLocalDB(t *testing.T) {
 // transactions still committing.
 type directCounter struct{}
 
-func (directCounter) Topics() []string { return []string{wordcount.InputTopic} }
-
 func (directCounter) Consume(s shard.Shard, env topic.Envelope, _ *topic.Publisher) error {
 	for _, tok := range strings.Fields(string(env.Message.Payload)) {
 		key := []byte(wordcount.KeyPrefix + tok)

@@ -4,11 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"sort"
 	"time"
 
 	"github.com/consumerd/consumerd/allocator"
+	"github.com/consumerd/consumerd/internal/ident"
+	"github.com/consumerd/consumerd/topic"
 )
 
 // Defaults applied to a Spec whose transaction durations are zero.
@@ -70,27 +71,11 @@ type Source struct {
 	Partition int    `json:"partition"`
 }
 
-// Channel is the WAL channel of the source: "<topic>/<partition:04d>".
-func (s Source) Channel() string { return fmt.Sprintf("%s/%04d", s.Topic, s.Partition) }
-
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
-
-// ValidateID checks a shard, app or topic name: non-empty, [A-Za-z0-9._-]+.
-func ValidateID(id string) error {
-	if id == "" {
-		return errors.New("must not be empty")
-	}
-	if len(id) > 200 {
-		return fmt.Errorf("%q is longer than 200 characters", id)
-	}
-	if !idPattern.MatchString(id) {
-		return fmt.Errorf("%q must match [A-Za-z0-9._-]+", id)
-	}
-	return nil
-}
+// Channel is the WAL channel of the source (topic.ChannelName).
+func (s Source) Channel() string { return topic.ChannelName(s.Topic, s.Partition) }
 
 // Validate checks the spec and returns an error naming the first bad field,
-// e.g. `shard spec "wc-1": sources[1].partition: must be >= 0, got -2`.
+// e.g. `shard spec "wc-1": sources[1].partition: must be in 0..9999, got -2`.
 func (s *Spec) Validate() error {
 	if s == nil {
 		return errors.New("shard spec: is nil")
@@ -99,10 +84,10 @@ func (s *Spec) Validate() error {
 	bad := func(field, format string, args ...any) error {
 		return fmt.Errorf("shard spec %q: %s: %s", name, field, fmt.Sprintf(format, args...))
 	}
-	if err := ValidateID(s.ID); err != nil {
+	if err := ident.Check(s.ID); err != nil {
 		return bad("id", "%v", err)
 	}
-	if err := ValidateID(s.App); err != nil {
+	if err := ident.Check(s.App); err != nil {
 		return bad("app", "%v", err)
 	}
 	if len(s.Sources) == 0 {
@@ -110,11 +95,11 @@ func (s *Spec) Validate() error {
 	}
 	seen := make(map[Source]int, len(s.Sources))
 	for i, src := range s.Sources {
-		if err := ValidateID(src.Topic); err != nil {
+		if err := ident.Check(src.Topic); err != nil {
 			return bad(fmt.Sprintf("sources[%d].topic", i), "%v", err)
 		}
-		if src.Partition < 0 || src.Partition > 9999 {
-			return bad(fmt.Sprintf("sources[%d].partition", i), "must be in 0..9999, got %d", src.Partition)
+		if src.Partition < 0 || src.Partition >= topic.MaxPartitions {
+			return bad(fmt.Sprintf("sources[%d].partition", i), "must be in 0..%d, got %d", topic.MaxPartitions-1, src.Partition)
 		}
 		if j, dup := seen[src]; dup {
 			return bad(fmt.Sprintf("sources[%d]", i), "duplicates sources[%d] (%s)", j, src.Channel())
@@ -167,13 +152,21 @@ func (s *Spec) EffectiveMaxTxnDuration() time.Duration {
 	return time.Duration(s.MaxTxnDuration)
 }
 
-// Partition is the partition index of the shard's first source (a shard
-// made by `shards create` reads the same index of each of its topics).
+// Partition is the partition index that every source of the spec reads (a
+// shard made by `shards create` reads index i of each of its app's
+// topics), or -1 when the sources name different partitions, as a spec
+// written for `shards apply` may, or when there are none.
 func (s *Spec) Partition() int {
 	if len(s.Sources) == 0 {
-		return 0
+		return -1
 	}
-	return s.Sources[0].Partition
+	p := s.Sources[0].Partition
+	for _, src := range s.Sources[1:] {
+		if src.Partition != p {
+			return -1
+		}
+	}
+	return p
 }
 
 // specFields are the JSON field names of Spec, for ParseSpec's check.

@@ -108,6 +108,24 @@ func TestDecodeSpec(t *testing.T) {
 	}
 }
 
+func TestSpecPartition(t *testing.T) {
+	for _, c := range []struct {
+		sources []Source
+		want    int
+	}{
+		{[]Source{{"words", 3}}, 3},
+		{[]Source{{"words", 2}, {"clicks", 2}, {"views", 2}}, 2}, // what `shards create` writes
+		{[]Source{{"words", 0}, {"words", 1}}, -1},
+		{[]Source{{"words", 4}, {"clicks", 4}, {"views", 5}}, -1},
+		{nil, -1},
+	} {
+		s := &Spec{ID: "x", App: "a", Sources: c.sources}
+		if got := s.Partition(); got != c.want {
+			t.Errorf("Partition of %v = %d, want %d", c.sources, got, c.want)
+		}
+	}
+}
+
 func TestTopicPartitions(t *testing.T) {
 	specs := []*Spec{
 		{ID: "a", Sources: []Source{{Topic: "words", Partition: 0}, {Topic: "clicks", Partition: 0}}},
@@ -167,25 +185,6 @@ func TestTxnPolicy(t *testing.T) {
 		if got := p.closeOnStall(c.elapsed); got != c.onStall {
 			t.Errorf("case %d: closeOnStall = %v, want %v", i, got, c.onStall)
 		}
-	}
-}
-
-func TestTruncateError(t *testing.T) {
-	long := strings.Repeat("é", 3000) // 6000 bytes
-	got := truncateError(errString(long))
-	if len(got) > maxErrorText {
-		t.Fatalf("len %d > %d", len(got), maxErrorText)
-	}
-	if !strings.HasSuffix(got, "…(truncated)") || !strings.HasPrefix(got, "é") {
-		t.Fatalf("bad truncation: %q", got[len(got)-20:])
-	}
-	for _, r := range got {
-		if r == '\uFFFD' {
-			t.Fatal("split a UTF-8 sequence")
-		}
-	}
-	if got := truncateError(errString("short")); got != "short" {
-		t.Fatalf("short: %q", got)
 	}
 }
 

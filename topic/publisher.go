@@ -44,7 +44,7 @@ func NewPublisher(opener wal.Opener, logger hclog.Logger) *Publisher {
 // wal returns the partition's WAL, opening it on first use. A failed open is
 // not cached: the next call tries again.
 func (p *Publisher) wal(ctx context.Context, part Partition) (wal.WAL, error) {
-	if err := ValidateName(part.Topic); err != nil {
+	if err := checkName(part.Topic); err != nil {
 		return nil, fmt.Errorf("publish: %w", err)
 	}
 	if part.Index < 0 || part.Index >= MaxPartitions {

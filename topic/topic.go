@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/consumerd/consumerd/internal/ident"
 	"github.com/consumerd/consumerd/wal/message"
 )
 
@@ -19,10 +20,10 @@ type Description struct {
 	Partitions int    `json:"partitions"`
 }
 
-// Validate checks the name (see ValidateName) and that Partitions is in
-// [1, MaxPartitions].
+// Validate checks the name (consumerd's id rule, internal/ident) and that
+// Partitions is in [1, MaxPartitions].
 func (d Description) Validate() error {
-	if err := ValidateName(d.Name); err != nil {
+	if err := checkName(d.Name); err != nil {
 		return err
 	}
 	if d.Partitions < 1 || d.Partitions > MaxPartitions {
@@ -31,19 +32,12 @@ func (d Description) Validate() error {
 	return nil
 }
 
-// ValidateName checks a topic name: non-empty, at most 200 bytes, made of
-// letters, digits, '.', '_' and '-' (so channel names stay unambiguous).
-func ValidateName(name string) error {
-	if name == "" {
-		return fmt.Errorf("topic name is empty")
-	}
-	if len(name) > 200 {
-		return fmt.Errorf("topic name %q is longer than 200 bytes", name[:40]+"...")
-	}
-	for i, r := range name {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
-			return fmt.Errorf("topic name %q: character %q at byte %d is not one of [A-Za-z0-9._-]", name, r, i)
-		}
+// checkName checks a topic name with consumerd's one id rule
+// (internal/ident): the name is part of every channel name, so a '/' in it
+// would make channel names ambiguous.
+func checkName(name string) error {
+	if err := ident.Check(name); err != nil {
+		return fmt.Errorf("topic name: %w", err)
 	}
 	return nil
 }
@@ -61,7 +55,7 @@ func ParseChannelName(ch string) (topicName string, partition int, err error) {
 		return "", 0, fmt.Errorf("channel %q is not a topic partition: no '/' before the partition index", ch)
 	}
 	topicName, idx := ch[:i], ch[i+1:]
-	if err := ValidateName(topicName); err != nil {
+	if err := checkName(topicName); err != nil {
 		return "", 0, fmt.Errorf("channel %q: %w", ch, err)
 	}
 	if len(idx) < 4 {

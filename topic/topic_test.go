@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/consumerd/consumerd/internal/ident"
 	"github.com/consumerd/consumerd/topic"
 )
 
@@ -155,6 +156,7 @@ func TestParseChannelNameRejects(t *testing.T) {
 		{"recovery/shard-1", "not decimal digits"},
 		{"a/b/0001", "not one of"},
 		{"wörds/0001", "not one of"},
+		{"../0001", "not allowed"},
 	}
 	for _, c := range cases {
 		name, p, err := topic.ParseChannelName(c.ch)
@@ -174,7 +176,7 @@ func FuzzChannelName(f *testing.F) {
 	f.Fuzz(func(t *testing.T, name string, p int) {
 		ch := topic.ChannelName(name, p)
 		gotName, gotP, err := topic.ParseChannelName(ch)
-		valid := topic.ValidateName(name) == nil && p >= 0 && p < topic.MaxPartitions
+		valid := ident.Check(name) == nil && p >= 0 && p < topic.MaxPartitions
 		if valid != (err == nil) {
 			t.Fatalf("ParseChannelName(ChannelName(%q, %d)) error %v, valid input %v", name, p, err, valid)
 		}

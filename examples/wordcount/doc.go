@@ -7,10 +7,11 @@
 // shard cache holds the counts touched by the open transaction (a map), so
 // a token is read from the database at most once per transaction; Flush
 // writes them to the transaction and publishes them (key = token, payload =
-// count) to partition i of "counts" for shard i. A line is routed by its
-// key (the whole line), so one token may be counted on several shards:
-// Query and Scan read one shard, and Merge sums one token's counts across
-// shards, which is what `consumerd query` does.
+// count) to partition i of "counts" for shard i (a shard that reads several
+// partitions of "words" publishes to the lowest of them). A line is routed
+// by its key (the whole line), so one token may be counted on several
+// shards: Query and Scan read one shard, and Merge sums one token's counts
+// across shards, which is what `consumerd query` does.
 //
 // App returns the shard.App to register with a daemon; Count is the
 // reference model (the exact counts of a set of lines) that tests and the

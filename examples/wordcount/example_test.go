@@ -22,8 +22,6 @@ import (
 // commits with the read offsets, exactly once.
 type firstWords struct{}
 
-func (firstWords) Topics() []string { return []string{"lines"} }
-
 func (firstWords) Consume(s shard.Shard, env topic.Envelope, _ *topic.Publisher) error {
 	f := strings.Fields(string(env.Message.Payload))
 	if len(f) == 0 {

@@ -52,9 +52,6 @@ type counts map[string]int64
 
 var _ shard.Consumer = (*Consumer)(nil)
 
-// Topics is the input topic.
-func (c *Consumer) Topics() []string { return []string{InputTopic} }
-
 // Consume counts every whitespace-separated token of the message payload.
 func (c *Consumer) Consume(s shard.Shard, env topic.Envelope, _ *topic.Publisher) error {
 	cache, _ := s.Cache().(counts)
@@ -95,12 +92,29 @@ func (c *Consumer) Flush(s shard.Shard, pub *topic.Publisher) error {
 		txn.Put([]byte(KeyPrefix+tok), []byte(strconv.FormatInt(cache[tok], 10)))
 	}
 	if pub != nil {
-		if err := publish(s.Context(), pub, topic.Partition{Topic: OutputTopic, Index: s.Partition()}, tokens, cache); err != nil {
+		if err := publish(s.Context(), pub, topic.Partition{Topic: OutputTopic, Index: outputPartition(s)}, tokens, cache); err != nil {
 			return err
 		}
 	}
 	s.SetCache(make(counts, len(cache)))
 	return nil
+}
+
+// outputPartition is the partition of OutputTopic that s publishes to: the
+// shard's partition, or, when its sources name several partitions
+// (Partition is -1), the lowest of them, so that each shard's updates still
+// go to one partition, in order.
+func outputPartition(s shard.Shard) int {
+	if p := s.Partition(); p >= 0 {
+		return p
+	}
+	p := -1
+	for _, src := range s.Spec().Sources {
+		if p < 0 || src.Partition < p {
+			p = src.Partition
+		}
+	}
+	return p
 }
 
 // publish appends each token's count to part, a bounded number in flight.
