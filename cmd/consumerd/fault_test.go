@@ -155,13 +155,35 @@ func TestFaults(t *testing.T) {
 		return primariesOf(as)
 	}
 	var published atomic.Int64 // lines acknowledged by the background publisher
+	memberLease := func(m *member) int64 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := c.client.Get(ctx, "/consumerd/members/"+m.zone+"/"+m.id)
+		if err != nil {
+			t.Fatalf("reading member key of %s: %v", m.id, err)
+		}
+		if len(resp.Kvs) == 0 {
+			return 0
+		}
+		return resp.Kvs[0].Lease
+	}
 	killRestart := func(ids ...string) {
+		old := map[string]int64{}
 		for _, id := range ids {
+			old[id] = memberLease(byID[id])
 			t.Logf("SIGKILL %s (%d lines published)", id, published.Load())
 			byID[id].proc.kill()
 		}
 		for _, id := range ids {
 			c.start(byID[id]) // restarts at once: it waits out its old lease
+		}
+		// Until the old lease expires, the dead incarnation's keys (PRIMARY
+		// included) are still in etcd: wait for the new one to announce.
+		for _, id := range ids {
+			waitFor(t, 60*time.Second, id+" to rejoin under a new lease", func() (bool, string) {
+				l := memberLease(byID[id])
+				return l != 0 && l != old[id], fmt.Sprintf("lease %x, old %x", l, old[id])
+			})
 		}
 	}
 	// Publish in small chunks from a background goroutine, so messages keep

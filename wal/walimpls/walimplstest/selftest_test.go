@@ -146,6 +146,24 @@ func forgetFailure(w *faultyWAL, n int64, ctx context.Context, msg message.Mutab
 	w.inner.AppendAsync(ctx, msg, cb)
 }
 
+// holdReplies holds every reply back until n appends were stored, so the
+// outcomes of a pipeline are still unreported while it is being sent.
+func holdReplies(n int64) func(*memory.Builder) {
+	return func(b *memory.Builder) {
+		var stored atomic.Int64
+		release := make(chan struct{})
+		b.SetAppendHook(func(_ string, _ *message.MutableMessage, st memory.Stage) error {
+			switch {
+			case st == memory.BeforeStore && stored.Add(1) == n:
+				close(release)
+			case st == memory.AfterStore:
+				<-release
+			}
+			return nil
+		})
+	}
+}
+
 func TestSuiteCatchesBrokenAsyncBackends(t *testing.T) {
 	saved := callbackTimeout
 	callbackTimeout = 2 * time.Second
@@ -160,17 +178,22 @@ func TestSuiteCatchesBrokenAsyncBackends(t *testing.T) {
 		corrupt func(*faultyWAL, int64, context.Context, message.MutableMessage, func(message.MessageID, error))
 		want    string   // words the failure must contain ("|" separates alternatives)
 		checks  []string // the checks that must catch it
+		setup   func(*memory.Builder)
 	}{
-		{"stores out of call order", swapPairs, "out of call order|never ran", []string{"AsyncConcurrentPipelines", "AsyncFencedPipelineInCallOrder"}},
-		{"drops a callback", dropOne, "never ran", []string{"AsyncConcurrentPipelines", "AsyncFencedPipelineInCallOrder", "AsyncFailureStopsLaterAppends"}},
-		{"reports a callback twice", doubleOne, "ran again", []string{"AsyncConcurrentPipelines", "AsyncFencedPipelineInCallOrder"}},
-		{"stores after a failure", forgetFailure, "earlier outcomes were unreported", []string{"AsyncFailureStopsLaterAppends"}},
+		{"stores out of call order", swapPairs, "out of call order|never ran", []string{"AsyncConcurrentPipelines", "AsyncFencedPipelineInCallOrder"}, nil},
+		{"drops a callback", dropOne, "never ran", []string{"AsyncConcurrentPipelines", "AsyncFencedPipelineInCallOrder", "AsyncFailureStopsLaterAppends"}, nil},
+		{"reports a callback twice", doubleOne, "ran again", []string{"AsyncConcurrentPipelines", "AsyncFencedPipelineInCallOrder"}, nil},
+		{"stores after a failure", forgetFailure, "earlier outcomes were unreported", []string{"AsyncFailureStopsLaterAppends"}, holdReplies(300)},
 	}
 	for _, tc := range cases {
 		for _, name := range tc.checks {
 			check := checks[name]
 			t.Run(tc.name+"/"+name, func(t *testing.T) {
-				failures := runProbe(t, &faulty{Builder: memory.NewBuilder(), corrupt: tc.corrupt}, check)
+				mem := memory.NewBuilder()
+				if tc.setup != nil {
+					tc.setup(mem)
+				}
+				failures := runProbe(t, &faulty{Builder: mem, corrupt: tc.corrupt}, check)
 				if len(failures) == 0 {
 					t.Fatalf("the suite passed a backend that %s", tc.name)
 				}
