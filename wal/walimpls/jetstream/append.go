@@ -13,15 +13,14 @@ import (
 
 // The append paths.
 //
-// Term-0 appends (unfenced.go) are published on core NATS and settled by the
-// opener's own reply subscription. A fenced writer's appends (term > 0,
-// fenced.go) are chained and published with PublishMsgAsync, settled by the
-// connection's ack handlers (opener.onAck / opener.onErr). Either way the
-// backend reports each outcome as it arrives, on whatever goroutine learned
-// it (the reply handler, the watchdog, a disconnect handler, or the caller
-// for an error before sending): it keeps no queue of its own, and the wal
-// adaptor puts the outcomes back in call order. No goroutine waits per
-// append; the watchdog (watchdog.go) bounds the wait for replies.
+// Every append is published on core NATS and settled by the opener's own
+// reply subscription (publish.go); a fenced writer's (term > 0, fenced.go)
+// are chained first. The backend reports each outcome as it arrives, on
+// whatever goroutine learned it (the reply handler, the watchdog, a
+// disconnect handler, or the caller for an error before sending): it keeps no
+// queue of its own, and the wal adaptor puts the outcomes back in call order.
+// No goroutine waits per append; the watchdog (watchdog.go) bounds the wait
+// for replies.
 
 // pending is one append on its way.
 type pending struct {
@@ -29,7 +28,7 @@ type pending struct {
 	m     *nats.Msg
 	cb    func(message.MessageID, error)
 	epoch uint64 // the opener's watchdog epoch when published; guarded by its table shard's lock
-	tok   uint64 // term 0: reply token (see unfenced.go)
+	tok   uint64 // reply token (see publish.go)
 	fired atomic.Bool
 }
 
@@ -128,19 +127,4 @@ func (w *walImpl) checkSize(m *nats.Msg) error {
 // failPending reports err for every append of w still waiting for a reply.
 func (o *opener) failPending(w *walImpl, err error) {
 	o.failFast(func(p *pending) bool { return p.w == w }, func(*pending) error { return err })
-	var ps []*pending
-	for i := range o.pend {
-		sh := &o.pend[i]
-		sh.mu.Lock()
-		for m, p := range sh.m {
-			if p.w == w {
-				ps = append(ps, p)
-				delete(sh.m, m)
-			}
-		}
-		sh.mu.Unlock()
-	}
-	for _, p := range ps {
-		w.finish(p, 0, err)
-	}
 }

@@ -64,8 +64,8 @@ func (b *Builder) Build() (walimpls.OpenerImpls, error) {
 		nc.Close()
 		return nil, err
 	}
-	// A disconnect loses the acknowledgements of term-0 appends in flight:
-	// fail them (retryably) at once rather than at the ack timeout.
+	// A disconnect loses the replies of the appends in flight: fail them
+	// (retryably) at once rather than at the ack timeout.
 	nc.SetDisconnectErrHandler(func(_ *nats.Conn, err error) {
 		if err != nil {
 			log.Warn("disconnected from NATS", "url", cfg.URL, "error", err)
@@ -74,16 +74,9 @@ func (b *Builder) Build() (walimpls.OpenerImpls, error) {
 			return fmt.Errorf("jetstream: append to channel %q on %s: %w", p.w.n.channel, cfg.URL, nats.ErrDisconnected)
 		})
 	})
-	for i := range o.pend {
-		o.pend[i].m = map[*nats.Msg]*pending{}
-	}
-	js, err := jetstream.New(nc,
-		jetstream.WithPublishAsyncMaxPending(cfg.MaxPending),
-		// No WithPublishAsyncTimeout: it costs a timer per append; the
-		// opener's watchdog bounds the wait for acknowledgements instead.
-		jetstream.WithPublishAsyncAckHandler(o.onAck),
-		jetstream.WithPublishAsyncErrHandler(o.onErr),
-	)
+	// Appends go through the opener's own publisher (publish.go); the
+	// JetStream context is for stream management and fence writes.
+	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("jetstream: JetStream context on %s: %w", cfg.URL, err)
@@ -113,10 +106,7 @@ type opener struct {
 	// truncMu serialises Truncate's read-modify-write of stream metadata
 	// within this connection.
 	truncMu sync.Mutex
-	// pend maps each published, unacknowledged message to its append, for
-	// the ack handlers.
-	pend [pendShards]pendShard
-	// fast publishes term-0 appends on core NATS (see unfenced.go).
+	// fast publishes every append on core NATS (see publish.go).
 	fast fastPub
 	// maxPayload caches the server's max_payload (refreshed on reconnect),
 	// read on every append without taking the connection's lock.

@@ -27,13 +27,11 @@ type Config struct {
 	DuplicateWindow time.Duration
 	// AckTimeout bounds the wait for the server's acknowledgement of an
 	// append (an append unacknowledged for between 1 and 1.25 AckTimeout
-	// fails; for a fenced append, with every other fenced append of the
-	// connection still waiting; see the package doc), and of other requests.
+	// fails, retryably; see the package doc), and of other requests.
 	// Default 30 s.
 	AckTimeout time.Duration
-	// MaxPending bounds unacknowledged async appends per connection, term-0
-	// and fenced appends each; further appends block (backpressure). Default
-	// 4000.
+	// MaxPending bounds unacknowledged appends per connection; further
+	// appends block (backpressure). Default 4000.
 	MaxPending int
 	// ConnectTimeout bounds the initial connection. Default 5 s.
 	ConnectTimeout time.Duration

@@ -77,38 +77,31 @@
 // The backend reports each append's outcome as it arrives, on the goroutine
 // that learns it, and keeps no queue to order them: the wal adaptor does.
 //
-// Term-0 appends (unfenced.go) bypass nats.go's async publisher: the opener
+// Appends bypass nats.go's async publisher (publish.go): the opener
 // publishes them on core NATS with a reply subject of its own,
 // "<inbox>.<token>" (one inbox per connection, subscribed once with a
 // wildcard; the token counts appends), keeps them in its own table keyed by
 // token, and decodes each PubAck with a small hand-written parser of the
 // common forms ({"stream":..,"seq":..} with or without "duplicate":true;
-// encoding/json for anything else, such as an error reply). Their callbacks
-// run on that subscription's goroutine (so they must not block). At most
-// Config.MaxPending term-0 appends are in flight per connection; further ones
-// block until a slot frees (or their context ends, or Close gives up on the
-// WAL). A no-responders reply (no stream captures the subject yet, e.g. a
+// encoding/json for anything else, such as an error reply). Callbacks run on
+// that subscription's goroutine (so they must not block). At most
+// Config.MaxPending appends are in flight per connection; further ones block
+// until a slot frees (or their context ends, or Close gives up on the WAL).
+// A no-responders reply (no stream captures the subject yet, e.g. a
 // replicated stream just created) fails the append retryably with
-// jetstream.ErrNoStreamResponse. A disconnect fails every term-0 append in
-// flight with nats.ErrDisconnected (retryable; their acknowledgements are
-// lost).
+// jetstream.ErrNoStreamResponse. A disconnect fails every append in flight
+// with nats.ErrDisconnected (retryable; their replies are lost).
 //
-// Fenced appends (term > 0, fenced.go) are published with PublishMsgAsync and
-// reported by the connection's ack handlers. Nothing waits per append.
-//
-// The wait for an acknowledgement is bounded by one watchdog goroutine per
-// connection (watchdog.go; owned by the opener, stopped by Close) rather than
-// a timer per append: appends record the watchdog's tick count (AckTimeout/4
-// per tick), and every append that has waited longer than AckTimeout (it
-// fails between 1 and about 1.25 AckTimeout after it was sent) fails with a
+// The wait for a reply is bounded by one watchdog goroutine per connection
+// (watchdog.go; owned by the opener, stopped by Close) rather than a timer
+// per append: appends record the watchdog's tick count (AckTimeout/4 per
+// tick), and every append that has waited longer than AckTimeout (it fails
+// between 1 and about 1.25 AckTimeout after it was sent) fails with a
 // retryable error wrapping ErrJetStreamPublisherClosed (the wal adaptor
 // retries it; like any append whose outcome is unknown, one that was stored
-// may be stored again unless it carries a DedupeID). Term-0 appends are
-// failed individually; for fenced appends the watchdog calls
-// CleanupPublisher, which fails every fenced append of the connection still
-// waiting. So a lost acknowledgement — a cluster leader change without a
-// reconnect — never stalls the connection. Acknowledgements of appends
-// already failed are ignored.
+// may be stored again unless it carries a DedupeID). So a lost reply — a
+// cluster leader change without a reconnect — never stalls the connection.
+// Replies to appends already failed are ignored.
 //
 // # Truncation
 //

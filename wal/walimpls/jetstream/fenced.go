@@ -5,14 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
-	"unsafe"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/consumerd/consumerd/wal/message"
-	"github.com/consumerd/consumerd/wal/walimpls"
 )
 
 // A fenced writer's appends (term > 0).
@@ -66,7 +60,7 @@ func (w *walImpl) appendFenced(ctx context.Context, p *pending, dedupeID string)
 		msgID = w.idPrefix + strconv.FormatUint(w.idSeq, 36)
 	}
 	setChain(p.m, msgID, w.chain, w.expected)
-	if err := w.publish(ctx, p); err != nil {
+	if err := w.publishFast(ctx, p); err != nil {
 		w.finish(p, 0, err)
 		return
 	}
@@ -131,91 +125,6 @@ func (w *walImpl) resync(ctx context.Context) error {
 	w.log.Debug("chain resynchronised", "last_seq", last)
 	w.expected, w.chain = last, ""
 	return nil
-}
-
-// publish sends p's message with PublishMsgAsync. On an error nothing was
-// sent and the ack handlers will not see p.
-func (w *walImpl) publish(ctx context.Context, p *pending) error {
-	if err := w.checkSize(p.m); err != nil {
-		return err
-	}
-	w.o.track(p)
-	for {
-		_, err := w.o.js.PublishMsgAsync(p.m)
-		if err == nil {
-			return nil
-		}
-		if errors.Is(err, jetstream.ErrTooManyStalledMsgs) && ctx.Err() == nil && !w.killed() {
-			continue // backpressure: MaxPending acknowledgements outstanding
-		}
-		w.o.take(p.m)
-		if errors.Is(err, nats.ErrMaxPayload) {
-			err = walimpls.Permanent(err)
-		}
-		return fmt.Errorf("jetstream: append to channel %q on %s: %w", w.n.channel, w.o.cfg.URL, err)
-	}
-}
-
-// track registers p before its message is published, so the ack handler
-// finds it however fast the ack comes back.
-func (o *opener) track(p *pending) {
-	sh := o.shard(p.m)
-	sh.mu.Lock()
-	p.epoch = o.epoch.Load()
-	sh.m[p.m] = p
-	sh.mu.Unlock()
-}
-
-func (o *opener) take(m *nats.Msg) *pending {
-	sh := o.shard(m)
-	sh.mu.Lock()
-	p := sh.m[m]
-	delete(sh.m, m)
-	sh.mu.Unlock()
-	return p
-}
-
-// pendShards spreads the pending map over independently locked shards, so
-// the publishing goroutines and the ack goroutine rarely meet on one lock.
-const pendShards = 16
-
-type pendShard struct {
-	mu sync.Mutex
-	m  map[*nats.Msg]*pending
-	_  [40]byte // keep shards on separate cache lines
-}
-
-func (o *opener) shard(m *nats.Msg) *pendShard {
-	// Messages are heap objects of 100+ bytes: drop the low bits.
-	return &o.pend[(uintptr(unsafe.Pointer(m))>>7)%pendShards]
-}
-
-// onAck is the connection's PublishAsync ack handler. It runs on the
-// ack-processing goroutine and never blocks.
-func (o *opener) onAck(_ jetstream.JetStream, m *nats.Msg, ack *jetstream.PubAck) {
-	if p := o.take(m); p != nil {
-		p.w.finish(p, message.MessageID(ack.Sequence), nil)
-	}
-}
-
-// onErr is the connection's PublishAsync error handler (rejections,
-// disconnects, and the watchdog's CleanupPublisher). nats.go calls it
-// without holding its publisher lock.
-func (o *opener) onErr(_ jetstream.JetStream, m *nats.Msg, err error) {
-	p := o.take(m)
-	if p == nil {
-		return
-	}
-	switch {
-	case errors.Is(err, jetstream.ErrJetStreamPublisherClosed):
-		err = fmt.Errorf("jetstream: append to channel %q on %s: no acknowledgement within the ack timeout (%v) for this or another append of the connection: %w",
-			p.w.n.channel, o.cfg.URL, o.cfg.AckTimeout, err)
-	case isWrongLastSeq(err):
-		err = fmt.Errorf("jetstream: append to channel %q on %s: %w: %w", p.w.n.channel, o.cfg.URL, errConflict, err)
-	default:
-		err = fmt.Errorf("jetstream: append to channel %q on %s: %w", p.w.n.channel, o.cfg.URL, err)
-	}
-	p.w.finish(p, 0, err)
 }
 
 // errCodeWrongLastMsgID is the server's JSStreamWrongLastMsgIDErrF (nats.go

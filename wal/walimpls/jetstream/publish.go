@@ -17,28 +17,27 @@ import (
 	"github.com/consumerd/consumerd/wal/walimpls"
 )
 
-// Term-0 appends (topic publishers).
+// The publisher: every append, term 0 or fenced, is published on core NATS
+// with a reply subject "<inbox>.<token>" (inbox unique per opener, token a
+// counter in base 36); the opener subscribes once to "<inbox>.*" and keeps
+// its own table of appends waiting, keyed by token. The reply handler (one
+// goroutine, the subscription's) decodes the PubAck with a small
+// hand-written parser (encoding/json for anything else, such as an error
+// reply) and reports the append. None of nats.go's PublishMsgAsync
+// bookkeeping (a map entry, a future and a JSON decode per append) is needed.
 //
-// Term-0 appends are unconditional, so they need none of nats.go's
-// PublishMsgAsync bookkeeping: the opener publishes them on core NATS with a
-// reply subject "<inbox>.<token>" (inbox unique per opener, token a counter
-// in base 36), subscribes once to "<inbox>.*", and keeps its own table of
-// appends waiting, keyed by token. The reply handler (one goroutine, the
-// subscription's) decodes the PubAck with a small hand-written parser
-// (encoding/json for anything else) and calls the append's callback.
-//
-// In-flight term-0 appends per connection are bounded by Config.MaxPending
-// (slots); an append blocks for a slot until one frees, its context ends or
-// its WAL is killed by Close. The watchdog fails entries that waited longer
-// than AckTimeout; a disconnect fails every entry (nats.ErrDisconnected, like
+// In-flight appends per connection are bounded by Config.MaxPending (slots);
+// an append blocks for a slot until one frees, its context ends or its WAL
+// is killed by Close. The watchdog fails entries that waited longer than
+// AckTimeout; a disconnect fails every entry (nats.ErrDisconnected, like
 // nats.go's async publisher); WAL.Close fails the WAL's entries left after
 // its drain timeout; a no-responders reply (no stream captures the subject
 // yet, e.g. a replicated stream just created) fails the entry with
-// jetstream.ErrNoStreamResponse. All of these are retryable: the wal
-// adaptor retries them with its one policy. An acknowledgement for an entry
-// already failed is ignored.
+// jetstream.ErrNoStreamResponse. All of these are retryable: the wal adaptor
+// retries them with its one policy. A reply for an entry already failed is
+// ignored.
 
-// fastShards spreads the term-0 pending table over independently locked
+// fastShards spreads the pending table over independently locked
 // shards (token modulo fastShards).
 const fastShards = 16
 
@@ -48,7 +47,7 @@ type fastShard struct {
 	_  [48]byte // keep shards on separate cache lines
 }
 
-// fastPub is the opener's term-0 publisher.
+// fastPub is the opener's publisher.
 type fastPub struct {
 	inbox string // "_INBOX.<nuid>.": reply subjects are inbox + token
 	sub   *nats.Subscription
@@ -96,7 +95,7 @@ func (f *fastPub) take(tok uint64) *pending {
 	return p
 }
 
-// publishFast publishes a term-0 append on core NATS. On an error nothing is
+// publishFast publishes an append on core NATS. On an error nothing is
 // waiting for an acknowledgement and the callback has not been called.
 func (w *walImpl) publishFast(ctx context.Context, p *pending) error {
 	if err := w.checkSize(p.m); err != nil {
@@ -134,7 +133,7 @@ func (w *walImpl) publishFast(ctx context.Context, p *pending) error {
 	return nil
 }
 
-// onFastReply handles the acknowledgement of a term-0 append. It runs on
+// onFastReply handles the reply to an append. It runs on
 // the subscription's goroutine and never blocks (the callbacks must not).
 func (o *opener) onFastReply(m *nats.Msg) {
 	f := &o.fast
@@ -151,7 +150,7 @@ func (o *opener) onFastReply(m *nats.Msg) {
 		return // failed already (ack timeout, disconnect, Close)
 	}
 	if err != nil {
-		p.w.finish(p, 0, fmt.Errorf("jetstream: append to channel %q on %s: %w", p.w.n.channel, o.cfg.URL, err))
+		p.w.finish(p, 0, o.replyErr(p, err))
 		return
 	}
 	p.w.finish(p, message.MessageID(seq), nil)
@@ -236,7 +235,7 @@ func parsePubAckFast(b []byte) (seq uint64, ok bool) {
 	return 0, false
 }
 
-// failFast fails the term-0 entries selected by pick with errFor's error and
+// failFast fails the entries selected by pick with errFor's error and
 // returns how many it failed.
 func (o *opener) failFast(pick func(*pending) bool, errFor func(*pending) error) int {
 	f := &o.fast
@@ -262,9 +261,18 @@ func (o *opener) failFast(pick func(*pending) bool, errFor func(*pending) error)
 }
 
 // ackTimeoutErr is the error of an append whose acknowledgement did not come
-// within AckTimeout. It wraps ErrJetStreamPublisherClosed, a retryable error,
-// as the fenced path's does.
+// within AckTimeout. It wraps ErrJetStreamPublisherClosed (as nats.go's own
+// async publisher would report it): retryable.
 func (o *opener) ackTimeoutErr(p *pending) error {
 	return fmt.Errorf("jetstream: append to channel %q on %s: no acknowledgement within the ack timeout (%v): %w",
 		p.w.n.channel, o.cfg.URL, o.cfg.AckTimeout, jetstream.ErrJetStreamPublisherClosed)
+}
+
+// replyErr wraps an error reply: a chained append rejected because the
+// stream moved is errConflict (retryable; the re-send finds out why).
+func (o *opener) replyErr(p *pending, err error) error {
+	if isWrongLastSeq(err) {
+		return fmt.Errorf("jetstream: append to channel %q on %s: %w: %w", p.w.n.channel, o.cfg.URL, errConflict, err)
+	}
+	return fmt.Errorf("jetstream: append to channel %q on %s: %w", p.w.n.channel, o.cfg.URL, err)
 }
