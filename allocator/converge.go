@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/consumerd/consumerd/internal/retry"
 	"github.com/hashicorp/go-hclog"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -21,13 +22,15 @@ type converger struct {
 	m             *Member
 	log           hclog.Logger
 	lastShortfall string
-	failures      int // consecutive transactions whose compares failed
+	failures      int            // consecutive transactions whose compares failed
+	conflicts     *retry.Backoff // the pause after each of them
 }
 
 // init binds the converger to its member and names its logger.
 func (c *converger) init(m *Member) {
 	c.m = m
 	c.log = m.log.Named("converge")
+	c.conflicts = retry.Policy{Initial: 5 * time.Millisecond, Max: 2 * time.Second}.Start()
 }
 
 // round runs one schedule-and-converge round on snap: it plans, writes the
@@ -95,6 +98,7 @@ func (c *converger) write(ctx context.Context, txns []plannedTxn) error {
 			return c.compareFailed(ctx, t, lastRev)
 		}
 		c.failures = 0
+		c.conflicts.Reset()
 		assignmentsAdded.Add(float64(t.adds))
 		assignmentsRemoved.Add(float64(t.removes))
 		assignmentsPromoted.Add(float64(t.promotions))
@@ -117,11 +121,5 @@ func (c *converger) compareFailed(ctx context.Context, t plannedTxn, rev int64) 
 	if err := c.m.ks.WaitForRevision(ctx, rev); err != nil {
 		return err
 	}
-	delay := time.Duration(min(c.failures, 8)) * time.Duration(c.failures) * 5 * time.Millisecond
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(min(delay, 2*time.Second)):
-	}
-	return nil
+	return c.conflicts.Wait(ctx, nil)
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/consumerd/consumerd/internal/retry"
 	"github.com/hashicorp/go-hclog"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -96,23 +97,17 @@ func (ks *KeySpace) Watch(ctx context.Context) error {
 	ks.mu.RLock()
 	loaded := ks.loaded
 	ks.mu.RUnlock()
-	backoff := 50 * time.Millisecond
-	retry := func() error {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 2*time.Second)
-		return nil
-	}
+	// One retry policy (internal/retry): 50 ms doubling to 2 s, with
+	// jitter, reset after every watch that made progress.
+	b := retry.Policy{Initial: 50 * time.Millisecond, Max: 2 * time.Second}.Start()
+	wait := func() error { return b.Wait(ctx, nil) }
 	for !loaded {
 		if err := ks.Load(ctx); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			ks.log.Warn("loading keyspace failed; retrying", "prefix", ks.prefix, "error", err)
-			if err := retry(); err != nil {
+			if err := wait(); err != nil {
 				return err
 			}
 			continue
@@ -134,7 +129,7 @@ func (ks *KeySpace) Watch(ctx context.Context) error {
 					return ctx.Err()
 				}
 				ks.log.Warn("reloading keyspace failed; retrying", "prefix", ks.prefix, "error", err)
-				if err := retry(); err != nil {
+				if err := wait(); err != nil {
 					return err
 				}
 			}
@@ -143,12 +138,12 @@ func (ks *KeySpace) Watch(ctx context.Context) error {
 		if err != nil {
 			etcdErrors.Inc()
 			ks.log.Warn("keyspace watch interrupted; resuming", "prefix", ks.prefix, "error", err)
-			if err := retry(); err != nil {
+			if err := wait(); err != nil {
 				return err
 			}
 			continue
 		}
-		backoff = 50 * time.Millisecond
+		b.Reset()
 	}
 }
 

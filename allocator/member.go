@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/consumerd/consumerd/internal/ident"
+	"github.com/consumerd/consumerd/internal/retry"
 )
 
 // Config configures a Member.
@@ -384,6 +385,9 @@ func (m *Member) Run(ctx context.Context) error {
 	var last *LocalState
 	conv := &m.conv
 	conv.init(m)
+	// Failed converge rounds are retried with the one policy: 100 ms
+	// doubling to 2 s, reset by a round that succeeds.
+	failed := retry.Policy{Initial: 100 * time.Millisecond, Max: 2 * time.Second}.Start()
 	for {
 		upd := m.ks.Updated()
 		if ctx.Err() != nil {
@@ -403,7 +407,7 @@ func (m *Member) Run(ctx context.Context) error {
 			m.log.Info("member drained; exiting")
 			return nil
 		}
-		if m.leaderRound(ctx, conv) {
+		if m.leaderRound(ctx, conv, failed) {
 			continue
 		}
 		select {
@@ -417,27 +421,17 @@ func (m *Member) Run(ctx context.Context) error {
 // loadMirror loads the mirror, retrying until it succeeds (true) or ctx is
 // done (false): etcd may be briefly unreachable when the process starts.
 func (m *Member) loadMirror(ctx context.Context) bool {
-	for {
-		if err := m.ks.Load(ctx); err == nil {
-			return true
-		} else if ctx.Err() != nil {
-			return false
-		} else {
-			m.log.Warn("loading keyspace failed; retrying", "error", err)
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+	err := retry.Policy{Initial: 100 * time.Millisecond, Max: time.Second}.Do(ctx, retry.Call{
+		OnRetry: func(_ int, _ time.Duration, err error) { m.log.Warn("loading keyspace failed; retrying", "error", err) },
+	}, func() error { return m.ks.Load(ctx) })
+	return err == nil
 }
 
 // leaderRound runs a converge round if this member is the leader, and
 // reports whether Run should loop again at once rather than wait for a
 // change: after a round that wrote, or after a failed one (retried after a
 // pause, not a hot loop).
-func (m *Member) leaderRound(ctx context.Context, conv *converger) (again bool) {
+func (m *Member) leaderRound(ctx context.Context, conv *converger, failed *retry.Backoff) (again bool) {
 	if m.ks.Leader() != m.cfg.Zone+"/"+m.cfg.MemberID {
 		leaderGauge.Set(0)
 		return false
@@ -449,12 +443,12 @@ func (m *Member) leaderRound(ctx context.Context, conv *converger) (again bool) 
 		m.idleRev.Store(snap.Revision)
 	}
 	if err != nil && ctx.Err() == nil {
-		m.log.Warn("converge round failed", "error", err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(200 * time.Millisecond):
-		}
+		m.log.Warn("converge round failed; retrying", "error", err, "attempt", failed.Attempt()+1)
+		_ = failed.Wait(ctx, nil) // ends early only with ctx
 		return true
+	}
+	if err == nil {
+		failed.Reset()
 	}
 	return again
 }

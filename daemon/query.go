@@ -8,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/consumerd/consumerd/internal/retry"
 	"github.com/spf13/cobra"
 )
 
@@ -44,6 +45,7 @@ as during a failover): the answer is never partial.`,
 			hc := &http.Client{Timeout: 4 * cf.dialTimeout}
 			deadline := time.Now().Add(cf.dialTimeout)
 			var vals map[string]string
+			wait := retry.Policy{Initial: 100 * time.Millisecond, Max: 500 * time.Millisecond}.Start()
 			for {
 				snap, err := loadSnapshot(ctx, cli, cf.etcdPrefix)
 				if err != nil {
@@ -55,13 +57,8 @@ as during a failover): the answer is never partial.`,
 				if err == nil {
 					break
 				}
-				if time.Now().After(deadline) || ctx.Err() != nil {
+				if time.Now().After(deadline) || wait.Wait(ctx, nil) != nil {
 					return err
-				}
-				select {
-				case <-ctx.Done():
-					return err
-				case <-time.After(250 * time.Millisecond):
 				}
 			}
 			if all {

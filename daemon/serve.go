@@ -20,6 +20,7 @@ import (
 	"github.com/consumerd/consumerd/allocator"
 	"github.com/consumerd/consumerd/internal/embedetcd"
 	"github.com/consumerd/consumerd/internal/embednats"
+	"github.com/consumerd/consumerd/internal/retry"
 	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/wal"
 )
@@ -240,7 +241,10 @@ func Serve(ctx context.Context, cfg ServeConfig, app shard.App, apps map[string]
 	}()
 	defer sigWG.Wait()
 
-	backoff := time.Second
+	// A lost session is retried with the one retry policy: 1 s doubling to
+	// 10 s, with jitter (many members losing etcd at once do not rejoin in
+	// lockstep).
+	rejoin := retry.Policy{Initial: time.Second, Max: 10 * time.Second}.Start()
 	for {
 		err := s.runSession(runCtx)
 		if why, ok := forced.Load().(string); ok {
@@ -261,10 +265,8 @@ func Serve(ctx context.Context, cfg ServeConfig, app shard.App, apps map[string]
 		if err == nil {
 			err = errors.New("member session ended")
 		}
-		log.Error("member session lost; rejoining", "error", err, "after", backoff)
-		select {
-		case <-time.After(backoff):
-		case <-runCtx.Done():
+		log.Error("member session lost; rejoining", "error", err, "attempt", rejoin.Attempt()+1)
+		if rejoin.Wait(runCtx, nil) != nil {
 			return nil
 		}
 	}
@@ -389,6 +391,7 @@ func (s *server) newMember(ctx context.Context) (*allocator.Member, error) {
 		Logger:     s.log,
 	}
 	var deadline time.Time
+	wait := retry.Policy{Initial: 100 * time.Millisecond, Max: 500 * time.Millisecond}.Start()
 	for {
 		m, err := allocator.NewMember(ctx, cfg)
 		if err == nil {
@@ -409,10 +412,8 @@ func (s *server) newMember(ctx context.Context) (*allocator.Member, error) {
 			return nil, fmt.Errorf("member id %q in zone %q is held by another live process (its lease keeps being renewed); give each member a distinct --member.id: %w",
 				s.cfg.MemberID, s.cfg.Zone, err)
 		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(250 * time.Millisecond):
+		if err := wait.Wait(ctx, nil); err != nil {
+			return nil, err
 		}
 	}
 }
