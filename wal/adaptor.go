@@ -112,3 +112,18 @@ func (o *opener) Close() {
 		o.impl.Close()
 	})
 }
+
+// RemoveChannel implements ChannelRemover.
+func (o *opener) RemoveChannel(ctx context.Context, channel string) error {
+	r, ok := o.impl.(walimpls.ChannelRemover)
+	if !ok {
+		return fmt.Errorf("wal: remove channel %q: the %s backend cannot remove channels: %w", channel, o.backend, errors.ErrUnsupported)
+	}
+	err := o.opts.retry.Do(ctx, retry.Call{Stop: o.closed, Retryable: walimpls.IsRetryable}, func() error {
+		return r.RemoveChannel(ctx, channel)
+	})
+	if err != nil {
+		return fmt.Errorf("wal: remove channel %q on %s: %w", channel, o.backend, err)
+	}
+	return nil
+}

@@ -212,3 +212,19 @@ type OpenerBuilder interface {
 	Name() string
 	Build() (Opener, error)
 }
+
+// Counter is implemented by every WAL this package returns: Count is the
+// number of messages stored on the channel now (after truncation), for
+// operators. It fails with an error wrapping errors.ErrUnsupported when the
+// backend does not count (walimpls.Counter).
+type Counter interface {
+	Count(ctx context.Context) (uint64, error)
+}
+
+// ChannelRemover is implemented by every Opener this package returns:
+// RemoveChannel deletes a channel and everything on it (walimpls.ChannelRemover;
+// errors.ErrUnsupported when the backend cannot). Removing a channel that does
+// not exist is not an error.
+type ChannelRemover interface {
+	RemoveChannel(ctx context.Context, channel string) error
+}

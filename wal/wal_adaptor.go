@@ -239,3 +239,24 @@ func (w *walAdaptor) Close() {
 		w.logger.Debug("WAL closed")
 	})
 }
+
+// Count implements Counter.
+func (w *walAdaptor) Count(ctx context.Context) (uint64, error) {
+	c, ok := w.impl.(walimpls.Counter)
+	if !ok {
+		return 0, fmt.Errorf("wal: count %q: the %s backend does not count messages: %w", w.channel, w.backend, errors.ErrUnsupported)
+	}
+	if err := w.beginOp("count"); err != nil {
+		return 0, err
+	}
+	var n uint64
+	err := w.do(ctx, "count "+w.channel, func() error {
+		var err error
+		n, err = c.Count(ctx)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("wal: count %q: %w", w.channel, err)
+	}
+	return n, nil
+}

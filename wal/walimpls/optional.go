@@ -75,3 +75,18 @@ func IsRetryable(err error) bool {
 	}
 	return true
 }
+
+// Counter is optionally implemented by a WALImpls: Count is the number of
+// messages stored on the channel now (after truncation and retention), for
+// operators (`consumerd topics list`).
+type Counter interface {
+	Count(ctx context.Context) (uint64, error)
+}
+
+// ChannelRemover is optionally implemented by an OpenerImpls: RemoveChannel
+// deletes a channel and everything stored on it (`consumerd topics delete`).
+// Removing a channel that does not exist is not an error. WALs still open on
+// it may fail afterwards; opening it again creates it anew, with ids from 1.
+type ChannelRemover interface {
+	RemoveChannel(ctx context.Context, channel string) error
+}

@@ -252,3 +252,17 @@ func (o *opener) Close() {
 	<-o.watchDone
 	o.nc.Close()
 }
+
+// RemoveChannel deletes the channel's stream (data and fence records).
+func (o *opener) RemoveChannel(ctx context.Context, channel string) error {
+	n, err := channelNames(o.cfg.Prefix, channel)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := o.reqCtx(ctx)
+	defer cancel()
+	if err := o.js.DeleteStream(ctx, n.stream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("jetstream: remove channel %q (stream %s) on %s: %w", channel, n.stream, o.cfg.URL, err)
+	}
+	return nil
+}

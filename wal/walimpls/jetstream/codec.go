@@ -14,14 +14,29 @@ import (
 )
 
 // Message layout on the data subject: the NATS payload is the message payload,
-// unchanged (so `nats stream view` shows it). A message with a key or
-// properties carries one header, metaHeader, holding them URL-query-encoded:
-// "k=<key>" and "p:<name>=<value>" — safe for any bytes in keys, names and
-// values (NATS headers cannot carry CR/LF or ':' in names).
+// unchanged (so tools reading the stream see it), except for a key too large
+// for a header. A message with a key or properties carries one header,
+// metaHeader, holding them URL-query-encoded — safe for any bytes in keys,
+// names and values (NATS headers cannot carry CR/LF or ':' in names):
+//
+//	kp=1          the key equals the payload (a line published as its own
+//	              key): stored once, in the payload
+//	k=<key>       the key, when at most maxHeaderKey bytes
+//	kl=<n>        a larger key: it is the first n bytes of the NATS payload,
+//	              the message payload follows (JetStream refuses headers over
+//	              64 KiB)
+//	p:<name>=<v>  a property
+//
+// So a message fits when its key (unless it equals the payload), payload and
+// properties fit in the server's max_payload (1 MiB by default).
 const (
-	metaHeader  = "Consumerd-Meta"
-	metaKey     = "k"
-	metaPropPfx = "p:"
+	metaHeader    = "Consumerd-Meta"
+	metaKey       = "k"
+	metaKeyLen    = "kl"
+	metaKeyIsData = "kp"
+	metaPropPfx   = "p:"
+	// maxHeaderKey is the largest key kept in the header.
+	maxHeaderKey = 4096
 	// termHeader carries the term of a fence record (also its payload).
 	termHeader = "Consumerd-Term"
 )
@@ -31,8 +46,16 @@ func encodeMessage(subject string, msg *message.MutableMessage) *nats.Msg {
 	m := &nats.Msg{Subject: subject, Data: msg.Payload}
 	if msg.Key != "" || len(msg.Properties) > 0 {
 		v := make(url.Values, len(msg.Properties)+1)
-		if msg.Key != "" {
+		switch {
+		case msg.Key == "":
+		case msg.Key == string(msg.Payload):
+			v[metaKeyIsData] = []string{"1"}
+		case len(msg.Key) <= maxHeaderKey:
 			v[metaKey] = []string{msg.Key}
+		default:
+			v[metaKeyLen] = []string{strconv.Itoa(len(msg.Key))}
+			data := make([]byte, 0, len(msg.Key)+len(msg.Payload))
+			m.Data = append(append(data, msg.Key...), msg.Payload...)
 		}
 		for k, val := range msg.Properties {
 			v[metaPropPfx+k] = []string{val}
@@ -84,24 +107,34 @@ func wireSize(m *nats.Msg) (total, headers int) {
 // decodeMessage turns a data-subject message into an ImmutableMessage.
 func decodeMessage(channel string, seq uint64, ts time.Time, hdr nats.Header, data []byte) (message.ImmutableMessage, error) {
 	im := message.ImmutableMessage{Channel: channel, ID: message.MessageID(seq), Payload: data, AppendTime: ts}
-	if meta := hdr.Get(metaHeader); meta != "" {
-		v, err := url.ParseQuery(meta)
-		if err != nil {
-			return im, fmt.Errorf("jetstream: channel %q message %d: bad %s header: %w", channel, seq, metaHeader, err)
+	meta := hdr.Get(metaHeader)
+	if meta == "" {
+		return im, nil
+	}
+	v, err := url.ParseQuery(meta)
+	if err != nil {
+		return im, fmt.Errorf("jetstream: channel %q message %d: bad %s header: %w", channel, seq, metaHeader, err)
+	}
+	for k, vals := range v {
+		if len(vals) == 0 {
+			continue
 		}
-		for k, vals := range v {
-			if len(vals) == 0 {
-				continue
+		switch {
+		case k == metaKey:
+			im.Key = vals[0]
+		case k == metaKeyIsData:
+			im.Key = string(data)
+		case k == metaKeyLen:
+			n, err := strconv.Atoi(vals[0])
+			if err != nil || n < 0 || n > len(data) {
+				return im, fmt.Errorf("jetstream: channel %q message %d: %s header: key length %q does not fit a payload of %d bytes", channel, seq, metaHeader, vals[0], len(data))
 			}
-			switch {
-			case k == metaKey:
-				im.Key = vals[0]
-			case strings.HasPrefix(k, metaPropPfx):
-				if im.Properties == nil {
-					im.Properties = make(map[string]string, len(v))
-				}
-				im.Properties[k[len(metaPropPfx):]] = vals[0]
+			im.Key, im.Payload = string(data[:n]), data[n:]
+		case strings.HasPrefix(k, metaPropPfx):
+			if im.Properties == nil {
+				im.Properties = make(map[string]string, len(v))
 			}
+			im.Properties[k[len(metaPropPfx):]] = vals[0]
 		}
 	}
 	return im, nil

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -269,10 +270,17 @@ func (o *opener) ackTimeoutErr(p *pending) error {
 }
 
 // replyErr wraps an error reply: a chained append rejected because the
-// stream moved is errConflict (retryable; the re-send finds out why).
+// stream moved is errConflict (retryable; the re-send finds out why); any
+// other rejection of the request itself (HTTP-style code 400: a header over
+// 64 KiB, a message over the stream's limits) is permanent — a retry would
+// only be rejected again; the rest (unavailable, timeouts) is retryable.
 func (o *opener) replyErr(p *pending, err error) error {
-	if isWrongLastSeq(err) {
+	var apiErr *jetstream.APIError
+	switch {
+	case isWrongLastSeq(err):
 		return fmt.Errorf("jetstream: append to channel %q on %s: %w: %w", p.w.n.channel, o.cfg.URL, errConflict, err)
+	case errors.As(err, &apiErr) && apiErr.Code == http.StatusBadRequest:
+		return walimpls.Permanent(fmt.Errorf("jetstream: append to channel %q on %s: rejected: %w", p.w.n.channel, o.cfg.URL, err))
 	}
 	return fmt.Errorf("jetstream: append to channel %q on %s: %w", p.w.n.channel, o.cfg.URL, err)
 }

@@ -269,3 +269,14 @@ func randomID() string {
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
 	return "cd" + hex.EncodeToString(b[:]) + "-"
 }
+
+// Count is the number of messages on the channel's data subject.
+func (w *walImpl) Count(ctx context.Context) (uint64, error) {
+	ctx, cancel := w.o.reqCtx(ctx)
+	defer cancel()
+	info, err := w.st.Info(ctx, jetstream.WithSubjectFilter(w.n.data))
+	if err != nil {
+		return 0, fmt.Errorf("jetstream: count channel %q: stream info: %w", w.n.channel, err)
+	}
+	return info.State.Subjects[w.n.data], nil
+}

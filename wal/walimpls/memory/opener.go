@@ -70,3 +70,12 @@ func (o *opener) forget(w *wal) {
 	defer o.mu.Unlock()
 	delete(o.wals, w)
 }
+
+// RemoveChannel drops the channel from the store; WALs open on it keep the
+// old channel (and fail nothing: the memory backend is for tests).
+func (o *opener) RemoveChannel(ctx context.Context, channel string) error {
+	o.st.mu.Lock()
+	defer o.st.mu.Unlock()
+	delete(o.st.channels, channel)
+	return nil
+}

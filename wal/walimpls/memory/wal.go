@@ -250,3 +250,13 @@ func (w *wal) forget(s *scanner) {
 	defer w.mu.Unlock()
 	delete(w.scanners, s)
 }
+
+// Count is the number of messages stored on the channel.
+func (w *wal) Count(ctx context.Context) (uint64, error) {
+	if w.isClosed() {
+		return 0, fmt.Errorf("memory: count %q: %w", w.ch.name, walimpls.ErrClosed)
+	}
+	w.ch.mu.Lock()
+	defer w.ch.mu.Unlock()
+	return uint64(len(w.ch.msgs)), nil
+}

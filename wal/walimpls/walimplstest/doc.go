@@ -12,7 +12,18 @@
 // or the scanner's Error; never a silent skip); fencing by term (ErrFenced
 // for every later append of a lower term, across openers); scanners closed
 // early end promptly with ErrScannerClosed; closing a WAL stops its scanners;
-// appends after Close fail with ErrClosed; LastID.
+// appends after Close fail with ErrClosed; LastID; the optional Counter and
+// ChannelRemover.
 //
-// Term 0 (unfenced) WALs are not asserted on beyond plain appends.
+// The Async section (async.go) checks walimpls.AsyncAppender with pipelined
+// appends: every callback exactly once, in any order; ids in call order for
+// concurrent goroutines and for a fenced writer; a fence mid-pipeline leaves
+// a stored prefix and a re-send is fenced; after a failure nothing handed in
+// while earlier outcomes are unreported is stored; Close with appends in
+// flight reports each. The Adaptor section (adaptor.go) runs the backend
+// under the wal adaptor: callbacks one at a time in call order with ids in
+// that order, and a fence mid-pipeline ending in ErrFenced for every later
+// append. The suite's own tests (selftest_test.go) show it failing backends
+// that store out of call order, drop or repeat a callback, or store after a
+// failure, and passing one that reports out of order.
 package walimplstest

@@ -48,6 +48,8 @@ func Run(t *testing.T, newBuilder func(t *testing.T) walimpls.OpenerBuilderImpls
 		{"WALCloseStopsScanners", testWALCloseStopsScanners},
 		{"AppendAfterClose", testAppendAfterClose},
 		{"LastID", testLastID},
+		{"Count", testCount},
+		{"RemoveChannel", testRemoveChannel},
 		{"AsyncConcurrentPipelines", testAsyncConcurrent},
 		{"AsyncFencedPipelineInCallOrder", testAsyncFencedOrder},
 		{"AsyncFencingMidPipeline", testAsyncFencingMidPipeline},
