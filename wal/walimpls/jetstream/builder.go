@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/consumerd/consumerd/internal/retry"
 	"github.com/consumerd/consumerd/wal/walimpls"
 )
 
@@ -192,6 +193,11 @@ func (o *opener) ensureStream(ctx context.Context, n names) (jetstream.Stream, e
 		})
 		if err == nil {
 			o.log.Debug("created stream", "stream", n.stream, "channel", n.channel, "replicas", o.cfg.Replicas)
+			if o.cfg.Replicas > 1 {
+				if err := o.awaitStream(ctx, n); err != nil {
+					return nil, err
+				}
+			}
 			return st, nil
 		}
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
@@ -263,6 +269,30 @@ func (o *opener) RemoveChannel(ctx context.Context, channel string) error {
 	defer cancel()
 	if err := o.js.DeleteStream(ctx, n.stream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return fmt.Errorf("jetstream: remove channel %q (stream %s) on %s: %w", channel, n.stream, o.cfg.URL, err)
+	}
+	return nil
+}
+
+// awaitStream waits until a just-created replicated stream answers appends
+// sent through this connection: until its leader is elected and its subjects'
+// interest has reached this server, a publish gets no responders. It probes
+// with an append that cannot be stored (it expects an impossible last
+// sequence), so the stream's rejection is the sign it is ready; retried with
+// the one retry policy until ctx ends.
+func (o *opener) awaitStream(ctx context.Context, n names) error {
+	probe := &nats.Msg{Subject: n.data, Header: nats.Header{jetstream.ExpectedLastSeqHeader: []string{"18446744073709551615"}}}
+	err := retry.Policy{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond}.Do(ctx, retry.Call{}, func() error {
+		reply, err := o.nc.RequestMsgWithContext(ctx, probe)
+		if err != nil {
+			return err
+		}
+		if _, err := parsePubAck(reply); err != nil && !isWrongLastSeq(err) {
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("jetstream: stream %s for channel %q on %s created but not answering: %w", n.stream, n.channel, o.cfg.URL, err)
 	}
 	return nil
 }
