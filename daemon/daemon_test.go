@@ -318,11 +318,19 @@ func TestRunUsageErrors(t *testing.T) {
 		{[]string{"serve", "--app", "nope"}, nil, `unknown app "nope"`},
 		{[]string{"serve", "--member.limit", "x"}, nil, "member.limit"},
 		{[]string{"serve"}, map[string]string{"CONSUMERD_LOG_FORMAT": "xml"}, "--log.format"},
-		{[]string{"shards", "create", "--app", "wordcount"}, nil, "count"},
 		{[]string{"shards", "create", "--app", "wordcount", "--count", "0"}, nil, "--count"},
 		{[]string{"shards", "unassign"}, nil, "--failed"},
 		{[]string{"shards", "list", "-o", "yaml"}, nil, "-o"},
 		{[]string{"publish"}, nil, "topic"},
+		{[]string{"publish", "--topic", "t", "--format", "csv"}, nil, "--format"},
+		{[]string{"publish", "--topic", "t", "--key-field", "id"}, nil, "--key-field: only with --format json"},
+		{[]string{"publish", "--topic", "t", "--timeout", "0s"}, nil, "--timeout"},
+		{[]string{"publish", "--topic", "t", "--id", "a b"}, nil, "--id"},
+		{[]string{"topics", "create", "--name", "t", "--partitions", "0"}, nil, "partitions 0 out of range"},
+		{[]string{"topics", "create", "--name", "t", "--partitions", "10001"}, nil, "out of range"},
+		{[]string{"topics", "create", "--name", "..", "--partitions", "1"}, nil, "topic name"},
+		{[]string{"topics", "delete", "--name", "a/b"}, nil, "--name"},
+		{[]string{"topics", "list", "-o", "yaml"}, nil, "-o"},
 	}
 	for _, tc := range cases {
 		var out, errb bytes.Buffer

@@ -308,6 +308,13 @@ func newShardsListCommand(opts Options) *cobra.Command {
 				fillLag(lctx, snap, rows, opener, &http.Client{Timeout: cf.dialTimeout}, cmd.ErrOrStderr())
 				cancel()
 			}
+			// Partitions no shard reads (a deleted shard, a hand-written
+			// spec): said on stderr, so the output keeps its shape.
+			if ts, err := loadTopics(ctx, cli, cf.etcdPrefix); err != nil {
+				fmt.Fprintf(cmd.ErrOrStderr(), "WARNING: %v\n", err)
+			} else {
+				warnUnread(cmd.ErrOrStderr(), ts, shard.Specs(snap))
+			}
 			if output == "json" {
 				return writeJSON(cmd.OutOrStdout(), rows)
 			}

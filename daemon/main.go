@@ -204,6 +204,7 @@ A flag given on the command line wins over its environment variable.`,
 
 	root.AddCommand(newServeCommand(opts))
 	root.AddCommand(newShardsCommand(opts))
+	root.AddCommand(newTopicsCommand(opts))
 	root.AddCommand(newMembersCommand(opts))
 	root.AddCommand(newPublishCommand(opts))
 	root.AddCommand(newQueryCommand(opts))

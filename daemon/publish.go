@@ -2,18 +2,21 @@ package daemon
 
 import (
 	"bufio"
+	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
 
 	"github.com/consumerd/consumerd/internal/ident"
-	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/topic"
 	"github.com/consumerd/consumerd/wal/message"
 )
@@ -21,106 +24,244 @@ import (
 // maxInFlight bounds the publishes awaiting their acknowledgement.
 const maxInFlight = 1024
 
+// maxLine bounds one input line: NATS's own ceiling on max_payload.
+const maxLine = 64 << 20
+
+// publishFormats are publish's input formats.
+var publishFormats = []string{"lines", "kv", "json"}
+
+// lineParser turns one input line into a message's key and payload.
+type lineParser func(line []byte) (key string, payload []byte, err error)
+
+func parserFor(format, keyField string) lineParser {
+	switch format {
+	case "kv":
+		return func(line []byte) (string, []byte, error) {
+			k, v, ok := bytes.Cut(line, []byte{'\t'})
+			if !ok {
+				return "", nil, errors.New("no TAB between key and payload (--format kv wants key<TAB>payload)")
+			}
+			return string(k), v, nil
+		}
+	case "json":
+		return func(line []byte) (string, []byte, error) {
+			var obj map[string]json.RawMessage
+			if err := json.Unmarshal(line, &obj); err != nil {
+				return "", nil, fmt.Errorf("not a JSON object: %w", err)
+			}
+			raw, ok := obj[keyField]
+			if !ok {
+				return "", nil, fmt.Errorf("no field %q (--key-field) in the object", keyField)
+			}
+			switch raw[0] {
+			case '"':
+				var s string
+				if err := json.Unmarshal(raw, &s); err != nil {
+					return "", nil, fmt.Errorf("field %q: %w", keyField, err)
+				}
+				return s, line, nil
+			case '{', '[', 'n':
+				return "", nil, fmt.Errorf("field %q is %s; want a string, number or boolean", keyField, raw)
+			default: // a number or a boolean: its JSON text
+				return string(raw), line, nil
+			}
+		}
+	default: // lines: the line is its own key
+		return func(line []byte) (string, []byte, error) { return string(line), line, nil }
+	}
+}
+
 func newPublishCommand(opts Options) *cobra.Command {
 	var cf clientFlags
-	var topicName string
+	var topicName, format, keyField, runID string
+	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "publish --topic T",
-		Short: "Publish stdin to a topic, one message per line (key = the line)",
-		Long: `publish reads stdin and appends each non-empty line as one message to topic T;
-the message key is the line, so equal lines go to the same partition. T's
-partition count is taken from the shard specs (1 + the highest partition any
-shard reads from T); it is an error when no shard consumes T. Every message
-carries a dedupe id, so the WAL's retries never store a line twice.`,
+		Use:   "publish --topic T [--format lines|kv|json] [--key-field F] [--id RUN] [--timeout D]",
+		Short: "Publish stdin to a topic, one message per line",
+		Long: `publish reads stdin and appends each non-empty line as one message to topic T,
+routed to partition hash(key) mod N, N being T's partition count (consumerd
+topics create). --format says what a line is:
+  lines   the line is the payload and the key (default)
+  kv      key<TAB>payload
+  json    a JSON object, published as is; the key is its field --key-field
+          (default "key": a string, or the text of a number or boolean)
+A message (key, unless it equals the payload, plus payload) must fit the NATS
+server's max_payload (1 MiB by default): a larger one fails, naming its line.
+Every message carries a dedupe id, RUN/<line number>: with --id RUN, re-running
+the same input after a failure stores nothing twice (within the stream's
+duplicate window, 2 minutes by default); without it RUN is random. The run
+stops at the first bad line or failed append (exit 1, naming the line) and
+never takes longer than --timeout.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := ident.Check(topicName); err != nil {
 				return usagef("--topic: %v", err)
 			}
-			ctx := cmd.Context()
-			cli, snap, err := cf.snapshot(ctx)
-			if err != nil {
-				return err
+			if !containsString(publishFormats, format) {
+				return usagef("--format: %q must be one of %s", format, strings.Join(publishFormats, ", "))
 			}
-			defer cli.Close()
-			parts := shard.TopicPartitions(shard.Specs(snap))
-			n := parts[topicName]
-			if n == 0 {
-				known := make([]string, 0, len(parts))
-				for t := range parts {
-					known = append(known, t)
+			if cmd.Flags().Changed("key-field") && format != "json" {
+				return usagef("--key-field: only with --format json")
+			}
+			if keyField == "" {
+				return usagef("--key-field: must not be empty")
+			}
+			if timeout <= 0 {
+				return usagef("--timeout: %s must be positive", timeout)
+			}
+			if runID != "" {
+				if err := ident.Check(runID); err != nil {
+					return usagef("--id: %v", err)
 				}
-				sort.Strings(known)
-				return fmt.Errorf("--topic: no shard consumes topic %q (topics with shards: %s)", topicName, orDash(strings.Join(known, ", ")))
+			} else {
+				var b [8]byte
+				_, _ = rand.Read(b[:])
+				runID = hex.EncodeToString(b[:])
 			}
-			opener, err := openWAL(cf.walURL, 1, cf.dialTimeout, hclog.NewNullLogger())
-			if err != nil {
-				return err
-			}
-			defer opener.Close()
-			pub := topic.NewPublisher(opener, hclog.NewNullLogger())
-			defer pub.Close()
-
-			desc := topic.Description{Name: topicName, Partitions: n}
-			var runID [8]byte
-			_, _ = rand.Read(runID[:])
-			run := hex.EncodeToString(runID[:])
-
-			var (
-				wg       sync.WaitGroup
-				mu       sync.Mutex
-				firstErr error
-				acked    int
-			)
-			sem := make(chan struct{}, maxInFlight)
-			sc := bufio.NewScanner(cmd.InOrStdin())
-			sc.Buffer(make([]byte, 64*1024), 1<<20)
-			line := 0
-			for sc.Scan() {
-				text := sc.Text()
-				line++
-				if text == "" {
-					continue
-				}
-				mu.Lock()
-				stop := firstErr != nil
-				mu.Unlock()
-				if stop {
-					break
-				}
-				select {
-				case sem <- struct{}{}:
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-				wg.Add(1)
-				msg := message.MutableMessage{Key: text, Payload: []byte(text), DedupeID: fmt.Sprintf("%s-%d", run, line)}
-				pub.PublishAsync(ctx, desc, msg, func(_ topic.Partition, _ message.MessageID, err error) {
-					mu.Lock()
-					if err != nil && firstErr == nil {
-						firstErr = err
-					}
-					if err == nil {
-						acked++
-					}
-					mu.Unlock()
-					<-sem
-					wg.Done()
-				})
-			}
-			wg.Wait()
-			if err := sc.Err(); err != nil {
-				return fmt.Errorf("reading stdin at line %d: %w", line+1, err)
-			}
-			if firstErr != nil {
-				return fmt.Errorf("publishing to topic %s: %w (%d messages acknowledged before)", topicName, firstErr, acked)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "published %d messages to topic %s (%d partitions)\n", acked, topicName, n)
-			return nil
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			p := &publishRun{cf: cf, topic: topicName, runID: runID, parse: parserFor(format, keyField), timeout: timeout,
+				idGiven: cmd.Flags().Changed("id")}
+			return p.run(ctx, cmd)
 		},
 	}
 	cf.bind(cmd.Flags())
 	cmd.Flags().StringVar(&topicName, "topic", "", "topic to publish to (required)")
+	cmd.Flags().StringVar(&format, "format", "lines", "input format: lines, kv (key<TAB>payload) or json")
+	cmd.Flags().StringVar(&keyField, "key-field", "key", "with --format json: the field holding the key")
+	cmd.Flags().StringVar(&runID, "id", "", "run id: dedupe ids are RUN/<line>, so re-running the same input stores nothing twice")
+	cmd.Flags().DurationVar(&timeout, "timeout", 60*time.Second, "bound on the whole run")
 	_ = cmd.MarkFlagRequired("topic")
 	return cmd
+}
+
+// publishRun is one publish command's run.
+type publishRun struct {
+	cf      clientFlags
+	topic   string
+	runID   string
+	idGiven bool
+	parse   lineParser
+	timeout time.Duration
+
+	mu       sync.Mutex
+	firstErr error
+	acked    int
+}
+
+func (p *publishRun) fail(err error) {
+	p.mu.Lock()
+	if p.firstErr == nil {
+		p.firstErr = err
+	}
+	p.mu.Unlock()
+}
+
+func (p *publishRun) failed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.firstErr != nil
+}
+
+func (p *publishRun) run(ctx context.Context, cmd *cobra.Command) error {
+	cli, err := p.cf.etcd(ctx)
+	if err != nil {
+		return p.timedOut(ctx, err)
+	}
+	defer cli.Close()
+	desc, err := getTopic(ctx, cli, p.cf.etcdPrefix, p.topic)
+	if err != nil {
+		return p.timedOut(ctx, fmt.Errorf("--topic: %w", err))
+	}
+	opener, err := openWAL(p.cf.walURL, 1, min(p.cf.dialTimeout, time.Until(deadlineOf(ctx))), hclog.NewNullLogger())
+	if err != nil {
+		return p.timedOut(ctx, err)
+	}
+	defer opener.Close()
+	pub := topic.NewPublisher(opener, hclog.NewNullLogger())
+	defer pub.Close()
+
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, maxInFlight)
+	sc := bufio.NewScanner(cmd.InOrStdin())
+	sc.Buffer(make([]byte, 64*1024), maxLine)
+	line, sent := 0, 0
+	for sc.Scan() && !p.failed() {
+		line++
+		text := sc.Bytes()
+		if len(text) == 0 {
+			continue
+		}
+		key, payload, err := p.parse(text)
+		if err != nil {
+			p.fail(fmt.Errorf("line %d: %w", line, err))
+			break
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			p.fail(ctx.Err())
+		}
+		if p.failed() {
+			break
+		}
+		wg.Add(1)
+		sent++
+		n := line
+		msg := message.MutableMessage{Key: key, Payload: bytes.Clone(payload), DedupeID: fmt.Sprintf("%s/%d", p.runID, n)}
+		pub.PublishAsync(ctx, desc, msg, func(_ topic.Partition, _ message.MessageID, err error) {
+			if err != nil {
+				p.fail(fmt.Errorf("line %d: %w", n, err))
+			} else {
+				p.mu.Lock()
+				p.acked++
+				p.mu.Unlock()
+			}
+			<-sem
+			wg.Done()
+		})
+	}
+	if err := sc.Err(); err != nil && !p.failed() {
+		if errors.Is(err, bufio.ErrTooLong) {
+			err = fmt.Errorf("longer than %d MiB", maxLine>>20)
+		}
+		p.fail(fmt.Errorf("reading stdin at line %d: %w", line+1, err))
+	}
+	wg.Wait() // every append reports, ctx bounding the wait
+	if p.firstErr != nil {
+		hint := ""
+		if !p.idGiven {
+			hint = "; re-run with --id to make a re-run store nothing twice"
+		} else {
+			hint = fmt.Sprintf("; re-running with --id %s stores nothing twice", p.runID)
+		}
+		return p.timedOut(ctx, fmt.Errorf("publishing to topic %s: %w (%d of %d messages acknowledged%s)", p.topic, p.firstErr, p.acked, sent, hint))
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "published %d messages to topic %s (%d partitions)\n", p.acked, p.topic, desc.Partitions)
+	return nil
+}
+
+// timedOut says so when the run's --timeout is why err happened.
+func (p *publishRun) timedOut(ctx context.Context, err error) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("--timeout %s passed (is NATS at %s up?): %w", p.timeout, p.cf.walURL, err)
+	}
+	return err
+}
+
+// deadlineOf is ctx's deadline (a day away when it has none).
+func deadlineOf(ctx context.Context) time.Time {
+	if d, ok := ctx.Deadline(); ok {
+		return d
+	}
+	return time.Now().Add(24 * time.Hour)
+}
+
+func containsString(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -174,9 +175,12 @@ func Serve(ctx context.Context, cfg ServeConfig, app shard.App, apps map[string]
 	}
 
 	if cfg.EmbeddedEtcd() && cfg.EmbeddedShards > 0 {
-		n, err := ensureShards(ctx, client, cfg.EtcdPrefix, app, cfg.EmbeddedShards)
+		topics, n, err := ensureApp(ctx, client, cfg.EtcdPrefix, app, cfg.EmbeddedShards)
 		if err != nil {
 			return err
+		}
+		if len(topics) > 0 {
+			log.Info("created topics", "topics", strings.Join(topics, ","), "partitions", cfg.EmbeddedShards)
 		}
 		if n > 0 {
 			log.Info("created shards", "app", app.Name, "count", n)
@@ -345,6 +349,12 @@ func (s *server) runSession(ctx context.Context) error {
 	go func() { svcDone <- svc.Run(sctx) }() // owned here: ends with sctx
 	memberDone := make(chan error, 1)
 	go func() { memberDone <- member.Run(sctx) }() // owned here: ends with sctx or the lease
+	watchDone := make(chan struct{})
+	go func() { // owned here: ends with sctx
+		defer close(watchDone)
+		s.watchUnread(sctx, member)
+	}()
+	defer func() { cancel(); <-watchDone }()
 
 	var memberErr, svcErr error
 	select {
@@ -414,6 +424,45 @@ func (s *server) newMember(ctx context.Context) (*allocator.Member, error) {
 		}
 		if err := wait.Wait(ctx, nil); err != nil {
 			return nil, err
+		}
+	}
+}
+
+// unreadCheckInterval is how often the leader looks for topic partitions no
+// shard reads.
+const unreadCheckInterval = 30 * time.Second
+
+// watchUnread logs, on the leader, a WARN naming every topic partition that
+// no shard reads (messages published there are never consumed), at start and
+// whenever the set has changed at a check, until ctx ends.
+func (s *server) watchUnread(ctx context.Context, member *allocator.Member) {
+	t := time.NewTicker(unreadCheckInterval)
+	defer t.Stop()
+	last := ""
+	for {
+		ks := member.KeySpace()
+		if ks.Leader() == member.Zone()+"/"+member.ID() {
+			if ts, err := loadTopics(ctx, s.client, s.cfg.EtcdPrefix); err != nil {
+				if ctx.Err() == nil {
+					s.log.Debug("checking for unread partitions", "error", err)
+				}
+			} else {
+				var b strings.Builder
+				warnUnread(&b, ts, shard.Specs(ks.Snapshot()))
+				if now := b.String(); now != last {
+					for _, line := range strings.Split(strings.TrimSpace(now), "\n") {
+						if line != "" {
+							s.log.Warn(strings.TrimPrefix(line, "WARNING: "))
+						}
+					}
+					last = now
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
 	}
 }

@@ -36,29 +36,40 @@ func newShardsCreateCommand(opts Options) *cobra.Command {
 	var appName string
 	var count, standbys int
 	cmd := &cobra.Command{
-		Use:   "create --app A --count N [--hot-standbys K]",
-		Short: "Create N shards of an app: shard i (<app>-%04d) reads partition i of each of the app's topics",
-		Args:  cobra.NoArgs,
+		Use:   "create --app A [--count N] [--hot-standbys K]",
+		Short: "Create one shard of an app per partition: shard i (<app>-%04d) reads partition i of each of the app's topics",
+		Long: `create makes one shard per partition of the app's input topics, which must exist
+(consumerd topics create) and have the same partition count: shard i (<app>-%04d)
+reads partition i of each. --count, when given, must equal that count.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			app, err := opts.app(appName)
 			if err != nil {
 				return usageError{fmt.Errorf("--app: %w", err)}
 			}
-			if count < 1 {
+			countGiven := cmd.Flags().Changed("count")
+			if countGiven && count < 1 {
 				return usagef("--count: %d must be at least 1", count)
 			}
 			if standbys < 0 || standbys > shard.MaxHotStandbys {
 				return usagef("--hot-standbys: %d must be in 0..%d", standbys, shard.MaxHotStandbys)
-			}
-			specs, err := app.SpecsFor(count, standbys)
-			if err != nil {
-				return err
 			}
 			cli, err := cf.etcd(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer cli.Close()
+			n, err := appPartitions(cmd.Context(), cli, cf.etcdPrefix, app)
+			if err != nil {
+				return err
+			}
+			if countGiven && count != n {
+				return usagef("--count: %d must equal the partition count of %s (%d): one shard per partition", count, strings.Join(app.Topics, ", "), n)
+			}
+			specs, err := app.SpecsFor(n, standbys)
+			if err != nil {
+				return err
+			}
 			if err := createSpecs(cmd.Context(), cli, cf.etcdPrefix, specs); err != nil {
 				return err
 			}
@@ -68,10 +79,9 @@ func newShardsCreateCommand(opts Options) *cobra.Command {
 	}
 	cf.bind(cmd.Flags())
 	cmd.Flags().StringVar(&appName, "app", "", "application of the shards (required)")
-	cmd.Flags().IntVar(&count, "count", 0, "number of shards, one per partition (required)")
+	cmd.Flags().IntVar(&count, "count", 0, "number of shards: must equal the topics' partition count (default: that count)")
 	cmd.Flags().IntVar(&standbys, "hot-standbys", 0, "hot standby replicas per shard")
 	_ = cmd.MarkFlagRequired("app")
-	_ = cmd.MarkFlagRequired("count")
 	return cmd
 }
 
@@ -206,6 +216,19 @@ Every entry is validated before anything is written.`,
 				return err
 			}
 			defer cli.Close()
+			ts, err := loadTopics(cmd.Context(), cli, cf.etcdPrefix)
+			if err != nil {
+				return err
+			}
+			var specs []*shard.Spec
+			for _, e := range entries {
+				if e.Spec != nil {
+					specs = append(specs, e.Spec)
+				}
+			}
+			if err := checkSources(ts, specs); err != nil {
+				return fmt.Errorf("%s: %w", file, err)
+			}
 			created, updated, deleted, err := applyEntries(cmd.Context(), cli, cf.etcdPrefix, entries)
 			if err != nil {
 				return err

@@ -264,22 +264,6 @@ func decodeSpec(id string, raw []byte) (*Spec, error) {
 	return &s, nil
 }
 
-// TopicPartitions derives each topic's partition count from the specs: 1 +
-// the highest partition any spec sources from it. Nil specs are skipped.
-func TopicPartitions(specs []*Spec) map[string]int {
-	out := make(map[string]int)
-	for _, s := range specs {
-		if s == nil {
-			continue
-		}
-		for _, src := range s.Sources {
-			if n := src.Partition + 1; n > out[src.Topic] {
-				out[src.Topic] = n
-			}
-		}
-	}
-	return out
-}
 
 // SortSpecs orders specs by id.
 func SortSpecs(specs []*Spec) {

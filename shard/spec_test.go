@@ -126,22 +126,6 @@ func TestSpecPartition(t *testing.T) {
 	}
 }
 
-func TestTopicPartitions(t *testing.T) {
-	specs := []*Spec{
-		{ID: "a", Sources: []Source{{Topic: "words", Partition: 0}, {Topic: "clicks", Partition: 0}}},
-		{ID: "b", Sources: []Source{{Topic: "words", Partition: 5}}},
-		nil,
-		{ID: "c", Sources: []Source{{Topic: "words", Partition: 2}, {Topic: "clicks", Partition: 1}}},
-	}
-	got := TopicPartitions(specs)
-	want := map[string]int{"words": 6, "clicks": 2}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("TopicPartitions = %v, want %v", got, want)
-	}
-	if got := TopicPartitions(nil); len(got) != 0 {
-		t.Fatalf("no specs: %v", got)
-	}
-}
 
 func TestAppSpecsFor(t *testing.T) {
 	app := App{Name: "wordcount", Topics: []string{"words"}, NewConsumer: func() Consumer { return nil }}

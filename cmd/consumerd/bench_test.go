@@ -27,7 +27,8 @@ func BenchmarkFailover(b *testing.B) {
 		nShards  = 4
 	)
 	c := newCluster(b, leaseTTL)
-	c.mustRun(nil, "shards", "create", "--app", "wordcount", "--count", fmt.Sprint(nShards), "--hot-standbys", "1")
+	c.mustRun(nil, "topics", "create", "--name", "words", "--partitions", fmt.Sprint(nShards))
+	c.mustRun(nil, "shards", "create", "--app", "wordcount", "--hot-standbys", "1")
 	members := []*member{c.addMember("m1", "zone-a"), c.addMember("m2", "zone-b"), c.addMember("m3", "zone-a")}
 	byID := map[string]*member{}
 	for _, m := range members {

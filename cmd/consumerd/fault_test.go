@@ -126,7 +126,8 @@ func TestFaults(t *testing.T) {
 		nChunks  = 100
 	)
 	c := newCluster(t, leaseTTL)
-	c.mustRun(nil, "shards", "create", "--app", "wordcount", "--count", fmt.Sprint(nShards), "--hot-standbys", "1")
+	c.mustRun(nil, "topics", "create", "--name", "words", "--partitions", fmt.Sprint(nShards))
+	c.mustRun(nil, "shards", "create", "--app", "wordcount", "--hot-standbys", "1")
 
 	members := []*member{c.addMember("m1", "zone-a"), c.addMember("m2", "zone-b"), c.addMember("m3", "zone-a")}
 	byID := map[string]*member{}
@@ -331,6 +332,13 @@ func TestFaults(t *testing.T) {
 	}
 	// /v1/query on a member that is not the shard's primary forwards once to
 	// the primary; a request that was already forwarded is not forwarded again.
+	// A member just resumed from SIGSTOP rejoins with a new session first.
+	for _, m := range members {
+		waitFor(t, 30*time.Second, m.id+" to have a live session", func() (bool, string) {
+			code, body, err := httpGet("http://" + m.httpAddr + "/v1/status")
+			return err == nil && code == 200 && strings.Contains(string(body), `"session": true`), fmt.Sprintf("%d %s %v", code, body, err)
+		})
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	as, err := c.assignments(ctx)
 	cancel()
@@ -351,7 +359,7 @@ func TestFaults(t *testing.T) {
 		u := "http://" + m.httpAddr + "/v1/query?app=wordcount&all=1&shard=" + shard0
 		code, body, err := httpGet(u)
 		if err != nil || code != 200 || !strings.Contains(string(body), `"`+shard0+`"`) {
-			t.Fatalf("forwarded query via %s: %d %s %v", m.id, code, body, err)
+			t.Fatalf("forwarded query via %s: %d %q %v", m.id, code, body, err)
 		}
 		req, _ := http.NewRequest(http.MethodGet, u, nil)
 		req.Header.Set("Consumerd-Forwarded", "test")

@@ -87,7 +87,7 @@ func TestServeEmbedded(t *testing.T) {
 		t.Fatalf("publish: %v", err)
 	}
 	// Bad input: a topic no shard reads, an unreachable NATS (named).
-	if _, err := client("x\n", "publish", "--topic", "nope"); err == nil || !strings.Contains(err.Error(), `no shard consumes topic "nope"`) {
+	if _, err := client("x\n", "publish", "--topic", "nope"); err == nil || !strings.Contains(err.Error(), `topic "nope" does not exist`) {
 		t.Errorf("publish to an unknown topic: %v", err)
 	}
 	deadNATS := fmt.Sprintf("nats://127.0.0.1:%d", freePort(t))
@@ -149,7 +149,17 @@ func TestServeEmbedded(t *testing.T) {
 	// shards apply (an update and a new shard) and shards unassign (twice in
 	// a row: the replica restarts on the same member) keep the state.
 	specFile := filepath.Join(dir, "specs.yaml")
-	if err := os.WriteFile(specFile, []byte("- {id: wordcount-0000, app: wordcount, sources: [{topic: words, partition: 0}], labels: {team: t}}\n- {id: wordcount-0004, app: wordcount, sources: [{topic: words, partition: 4}]}\n"), 0o644); err != nil {
+	// A source must be a partition of an existing topic.
+	if err := os.WriteFile(specFile, []byte("- {id: wordcount-0004, app: wordcount, sources: [{topic: words, partition: 4}]}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := client("", "shards", "apply", "-f", specFile); err == nil || !strings.Contains(err.Error(), "topic words has 4 partitions (0..3); partition 4 does not exist") {
+		t.Fatalf("shards apply of a spec reading words/0004: %q %v, want an error naming the partition", out, err)
+	}
+	if out, err := client("", "topics", "create", "--name", "more", "--partitions", "1"); err != nil {
+		t.Fatalf("topics create: %q %v", out, err)
+	}
+	if err := os.WriteFile(specFile, []byte("- {id: wordcount-0000, app: wordcount, sources: [{topic: words, partition: 0}], labels: {team: t}}\n- {id: wordcount-0004, app: wordcount, sources: [{topic: more, partition: 0}]}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := client("", "shards", "apply", "-f", specFile); err != nil || !strings.Contains(out, "1 created, 1 updated, 0 deleted") {
