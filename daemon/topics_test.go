@@ -1,0 +1,232 @@
+package daemon
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/consumerd/consumerd/examples/wordcount"
+	"github.com/consumerd/consumerd/internal/etcdtest"
+	"github.com/consumerd/consumerd/internal/natstest"
+	"github.com/consumerd/consumerd/shard"
+	"github.com/consumerd/consumerd/topic"
+)
+
+// cli runs client subcommands in-process against one etcd and one NATS.
+type cli struct {
+	t          *testing.T
+	etcd, nats string
+}
+
+func newCLI(t *testing.T) *cli {
+	t.Helper()
+	return &cli{t: t, etcd: strings.Join(etcdtest.StartServer(t), ","), nats: natstest.Start(t)}
+}
+
+// run returns stdout, stderr and the exit code.
+func (c *cli) run(stdin string, args ...string) (string, string, int) {
+	var out, errb bytes.Buffer
+	args = append(args, "--etcd.endpoints", c.etcd, "--wal.url", c.nats)
+	code := Run(c.t.Context(), args, Options{Apps: []shard.App{wordcount.App()}, Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errb})
+	return out.String(), errb.String(), code
+}
+
+// ok runs and fails the test unless the command succeeds.
+func (c *cli) ok(stdin string, args ...string) string {
+	c.t.Helper()
+	out, errs, code := c.run(stdin, args...)
+	if code != 0 {
+		c.t.Fatalf("%v: exit %d: %s%s", args, code, out, errs)
+	}
+	return out
+}
+
+// fails runs and fails the test unless the command exits with code, saying want.
+func (c *cli) fails(code int, want, stdin string, args ...string) {
+	c.t.Helper()
+	out, errs, got := c.run(stdin, args...)
+	if got != code || !strings.Contains(errs, want) {
+		c.t.Fatalf("%v: exit %d, stderr %q (stdout %q); want exit %d saying %q", args, got, errs, out, code, want)
+	}
+}
+
+func (c *cli) topics() map[string]TopicRow {
+	c.t.Helper()
+	var rows []TopicRow
+	if err := json.Unmarshal([]byte(c.ok("", "topics", "list", "-o", "json")), &rows); err != nil {
+		c.t.Fatal(err)
+	}
+	out := map[string]TopicRow{}
+	for _, r := range rows {
+		out[r.Name] = r
+	}
+	return out
+}
+
+func TestTopicsLifecycle(t *testing.T) {
+	c := newCLI(t)
+	if out := c.ok("", "topics", "create", "--name", "words", "--partitions", "3"); !strings.Contains(out, "created topic words with 3 partitions") {
+		t.Fatalf("create: %q", out)
+	}
+	if out := c.ok("", "topics", "create", "--name", "words", "--partitions", "3"); !strings.Contains(out, "unchanged") {
+		t.Fatalf("create again: %q", out)
+	}
+	c.fails(1, "topic words exists with 3 partitions; refusing 4", "", "topics", "create", "--name", "words", "--partitions", "4")
+	c.fails(1, `topic "nope" does not exist (topics: words)`, "x\n", "publish", "--topic", "nope")
+
+	// shards create: one shard per partition; --count must agree.
+	c.fails(2, "--count: 2 must equal the partition count of words (3)", "", "shards", "create", "--app", "wordcount", "--count", "2")
+	if out := c.ok("", "shards", "create", "--app", "wordcount"); !strings.Contains(out, "created 3 shards: wordcount-0000 .. wordcount-0002") {
+		t.Fatalf("shards create: %q", out)
+	}
+
+	// publish routes by the topic's count: every key lands in
+	// PartitionFor(key, 3), whatever the shards.
+	keys := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+	want := make([]int64, 3)
+	for _, k := range keys {
+		want[topic.PartitionFor(k, 3)]++
+	}
+	c.ok(strings.Join(keys, "\n")+"\n", "publish", "--topic", "words")
+	if got := c.topics()["words"]; fmt.Sprint(got.Messages) != fmt.Sprint(want) || len(got.Unread) != 0 {
+		t.Fatalf("after publishing: %+v, want messages %v and nothing unread", got, want)
+	}
+	// Deleting a middle shard changes nothing about routing; the partition
+	// it read is reported unread.
+	specs := t.TempDir() + "/del.yaml"
+	writeFile(t, specs, "- {id: wordcount-0001, delete: true}\n")
+	c.ok("", "shards", "apply", "-f", specs)
+	c.ok(strings.Join(keys, "\n")+"\n", "publish", "--topic", "words")
+	for i := range want {
+		want[i] *= 2
+	}
+	if got := c.topics()["words"]; fmt.Sprint(got.Messages) != fmt.Sprint(want) || fmt.Sprint(got.Unread) != "[1]" {
+		t.Fatalf("after deleting wordcount-0001: %+v, want messages %v and partition 1 unread", got, want)
+	}
+	if _, errs, code := c.run("", "shards", "list"); code != 0 || !strings.Contains(errs, "WARNING: topic words: no shard reads partition(s) 1 of 3") {
+		t.Fatalf("shards list: exit %d, stderr %q; want a warning about words/1", code, errs)
+	}
+	out := c.ok("", "topics", "list")
+	if !strings.Contains(out, "words  3           16 (") || !strings.Contains(out, "  1\n") {
+		t.Fatalf("topics list table:\n%s", out)
+	}
+
+	// delete: refused while shards read it, then with --force; the data goes too.
+	c.fails(1, "topic words is read by 2 shard(s) (wordcount-0000, wordcount-0002)", "", "topics", "delete", "--name", "words")
+	if out := c.ok("", "topics", "delete", "--name", "words", "--force"); !strings.Contains(out, "deleted topic words (3 partitions)") {
+		t.Fatalf("delete --force: %q", out)
+	}
+	if _, ok := c.topics()["words"]; ok {
+		t.Fatal("topic still listed after delete")
+	}
+	c.ok("", "topics", "create", "--name", "words", "--partitions", "2")
+	if got := c.topics()["words"]; fmt.Sprint(got.Messages) != "[0 0]" {
+		t.Fatalf("re-created topic: %+v, want empty partitions", got)
+	}
+	c.fails(1, `topic "gone" does not exist`, "", "topics", "delete", "--name", "gone")
+}
+
+func TestTopicRecordDamage(t *testing.T) {
+	c := newCLI(t)
+	cl := etcdtest.NewClient(t, strings.Split(c.etcd, ","))
+	if _, err := cl.Put(t.Context(), "/consumerd/topics/junk", "junk"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Put(t.Context(), "/consumerd/topics/typo", `{"partition":4}`); err != nil {
+		t.Fatal(err)
+	}
+	_, errs, code := c.run("", "topics", "list")
+	if code != 0 || !strings.Contains(errs, "topic record /consumerd/topics/junk") || !strings.Contains(errs, `unknown field "partition"`) {
+		t.Fatalf("topics list over damaged records: exit %d, stderr %q; want both named", code, errs)
+	}
+	c.fails(1, "topic record /consumerd/topics/typo", "x\n", "publish", "--topic", "typo")
+}
+
+func TestPublishFormats(t *testing.T) {
+	c := newCLI(t)
+	c.ok("", "topics", "create", "--name", "t", "--partitions", "4")
+	count := func() int64 {
+		var n int64
+		for _, m := range c.topics()["t"].Messages {
+			n += m
+		}
+		return n
+	}
+	c.ok("k1\tv1\nk2\tv2\n\n", "publish", "--topic", "t", "--format", "kv")
+	c.fails(1, "line 2: no TAB between key and payload", "k1\tv1\nno tab here\n", "publish", "--topic", "t", "--format", "kv")
+	c.ok(`{"user":"u1","n":1}`+"\n"+`{"user":7}`+"\n", "publish", "--topic", "t", "--format", "json", "--key-field", "user")
+	c.fails(1, `line 2: no field "user" (--key-field)`, `{"user":"u1"}`+"\n"+`{"other":1}`+"\n", "publish", "--topic", "t", "--format", "json", "--key-field", "user")
+	c.fails(1, "line 1: not a JSON object", "[1,2]\n", "publish", "--topic", "t", "--format", "json")
+	c.fails(1, `line 1: field "key" is {"a":1}`, `{"key":{"a":1}}`+"\n", "publish", "--topic", "t", "--format", "json")
+	// The failed runs stopped before their bad line: what came before is stored.
+	if n := count(); n != 6 {
+		t.Fatalf("%d messages stored, want 6", n)
+	}
+
+	// A line of nearly 1 MiB is its own key and fits; a larger one fails,
+	// naming its line and the server's limit.
+	big := strings.Repeat("x", 1<<20-512)
+	c.ok(big+"\n", "publish", "--topic", "t")
+	c.fails(1, "line 2: ", "ok\n"+strings.Repeat("y", 1<<20+1)+"\n", "publish", "--topic", "t")
+	_, errs, _ := c.run("ok\n"+strings.Repeat("y", 1<<20+1)+"\n", "publish", "--topic", "t")
+	if !strings.Contains(errs, "exceeds the NATS server's max_payload") {
+		t.Fatalf("oversized line: %q, want the max_payload named", errs)
+	}
+
+	// --id makes the dedupe ids deterministic: re-running stores nothing twice.
+	before := count()
+	lines := "r1\nr2\nr3\n"
+	c.ok(lines, "publish", "--topic", "t", "--id", "run-7")
+	c.ok(lines, "publish", "--topic", "t", "--id", "run-7")
+	if n := count(); n != before+3 {
+		t.Fatalf("two runs with --id run-7: %d new messages, want 3", n-before)
+	}
+	c.ok(lines, "publish", "--topic", "t")
+	if n := count(); n != before+6 {
+		t.Fatalf("a run without --id: %d new messages, want 3 more", n-before-3)
+	}
+}
+
+func TestPublishNATSDown(t *testing.T) {
+	etcd := strings.Join(etcdtest.StartServer(t), ",")
+	var out, errb bytes.Buffer
+	args := []string{"topics", "create", "--name", "t", "--partitions", "1", "--etcd.endpoints", etcd}
+	if code := Run(t.Context(), args, Options{Apps: []shard.App{wordcount.App()}, Stdout: &out, Stderr: &errb}); code != 0 {
+		t.Fatalf("topics create: %d %s", code, errb.String())
+	}
+	dead := fmt.Sprintf("nats://127.0.0.1:%d", natstest.FreePort(t))
+	start := time.Now()
+	errb.Reset()
+	code := Run(t.Context(), []string{"publish", "--topic", "t", "--etcd.endpoints", etcd, "--wal.url", dead, "--timeout", "3s"},
+		Options{Apps: []shard.App{wordcount.App()}, Stdin: strings.NewReader("a\n"), Stdout: &out, Stderr: &errb})
+	if code != 1 || !strings.Contains(errb.String(), "cannot reach NATS JetStream at "+dead) || time.Since(start) > 4*time.Second {
+		t.Fatalf("publish with NATS down: exit %d after %v, stderr %q; want exit 1 within --timeout naming the URL", code, time.Since(start), errb.String())
+	}
+}
+
+func TestPartitionList(t *testing.T) {
+	for in, want := range map[string]string{"": "", "0": "0", "0,1,2": "0-2", "0,2,3,4,7,9,10": "0,2-4,7,9-10"} {
+		var ps []int
+		for _, f := range strings.Split(in, ",") {
+			if f != "" {
+				var p int
+				fmt.Sscan(f, &p)
+				ps = append(ps, p)
+			}
+		}
+		if got := partitionList(ps); got != want {
+			t.Errorf("partitionList(%s) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
