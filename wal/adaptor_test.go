@@ -939,3 +939,39 @@ func TestScannerCloseWithUnreadMessages(t *testing.T) {
 		t.Fatalf("scanner of the closed WAL: Error = %v, want ErrClosed", s2.Error())
 	}
 }
+
+// TestBatchRetries: a transient failure before the batch was stored is
+// retried; a lost acknowledgement is retried too, and the retry finds the
+// chain moved (ErrStaleChain) — LastMarker then shows the batch is there.
+func TestBatchRetries(t *testing.T) {
+	e := newEnv(t, false)
+	w := e.open(t, "out/0000", 0)
+	var before, after atomic.Int64
+	e.mem.SetAppendHook(func(_ string, m *message.MutableMessage, st memory.Stage) error {
+		switch {
+		case st == memory.BeforeStore && before.Add(1) <= 2:
+			return errTransient
+		case st == memory.AfterStore && m.Properties["marker"] != "" && after.Add(1) == 2:
+			return errTransient // the second batch's acknowledgement is lost
+		}
+		return nil
+	})
+	ctx := context.Background()
+	r1, err := w.AppendBatch(ctx, wal.Batch{Messages: []message.MutableMessage{msg("a"), msg("b")}, Chain: "s", Marker: []byte("1")})
+	if err != nil {
+		t.Fatalf("batch with transient failures before storing: %v", err)
+	}
+	_, err = w.AppendBatch(ctx, wal.Batch{Messages: []message.MutableMessage{msg("c")}, Chain: "s", Marker: []byte("2"), After: r1.MarkerID})
+	if !errors.Is(err, wal.ErrStaleChain) {
+		t.Fatalf("batch whose acknowledgement was lost: %v, want ErrStaleChain from the retry", err)
+	}
+	if m, err := w.LastMarker(ctx, "s"); err != nil || string(m.Payload) != "2" {
+		t.Fatalf("LastMarker = %+v, %v; want the second batch's marker", m, err)
+	}
+	if got := payloads(readAll(t, w)); !equal(got, []string{"a", "b", "c"}) {
+		t.Fatalf("log = %v, want each batch once", got)
+	}
+	if n, atomic := w.BatchLimits(); n != memory.MaxBatch || !atomic {
+		t.Fatalf("BatchLimits = %d, %v", n, atomic)
+	}
+}

@@ -16,6 +16,17 @@ var (
 	ErrScannerClosed = walimpls.ErrScannerClosed
 )
 
+// ErrStaleChain, re-exported: a batch's chain position is stale.
+var ErrStaleChain = walimpls.ErrStaleChain
+
+// Batch, BatchResult and Marker, re-exported from walimpls: atomic, chained
+// batches (see WAL.AppendBatch).
+type (
+	Batch       = walimpls.Batch
+	BatchResult = walimpls.BatchResult
+	Marker      = walimpls.Marker
+)
+
 // ErrUpstreamClosed is returned by a MessageHandler when the scanner's
 // upstream channel was closed while it waited for a message.
 var ErrUpstreamClosed = errors.New("wal: upstream closed")
@@ -172,6 +183,23 @@ type WAL interface {
 	LastID(ctx context.Context) (message.MessageID, error)
 	// Truncate removes every message before id.
 	Truncate(ctx context.Context, id message.MessageID) error
+	// AppendBatch stores b's messages and marker all or nothing, if the
+	// chain's last marker on the channel is b.After; otherwise it fails with
+	// ErrStaleChain, storing nothing (walimpls.BatchAppender). Transient
+	// errors are retried; a retry whose first attempt landed then fails with
+	// ErrStaleChain, so after ErrStaleChain read LastMarker to tell "already
+	// there" from "another writer moved the chain". Markers take ids but are
+	// never delivered to scanners. Batches are not ordered with pipelined
+	// appends of the same WAL. Fails with an error wrapping
+	// errors.ErrUnsupported on a backend without batches.
+	AppendBatch(ctx context.Context, b Batch) (BatchResult, error)
+	// LastMarker is the chain's last marker on the channel (id 0: none).
+	LastMarker(ctx context.Context, chain string) (Marker, error)
+	// BatchLimits is the most messages a batch holds (0: no batches) and
+	// whether batches are atomic (false: stored one by one with dedupe ids,
+	// so one cut short is completed by its retry only within the backend's
+	// duplicate window).
+	BatchLimits() (maxMessages int, atomic bool)
 	// Available is closed when the WAL becomes unavailable (closed or fenced).
 	Available() <-chan struct{}
 	// IsAvailable reports whether Available is still open.

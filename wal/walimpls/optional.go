@@ -56,7 +56,7 @@ func Permanent(err error) error {
 }
 
 // IsRetryable reports whether the adaptor may retry an operation that failed
-// with err: false for nil, ErrFenced, ErrClosed, ErrTruncated,
+// with err: false for nil, ErrFenced, ErrClosed, ErrTruncated, ErrStaleChain,
 // context.Canceled, context.DeadlineExceeded and errors wrapped by Permanent.
 func IsRetryable(err error) bool {
 	if err == nil {
@@ -69,6 +69,7 @@ func IsRetryable(err error) bool {
 		errors.Is(err, ErrClosed),
 		errors.Is(err, ErrTruncated),
 		errors.Is(err, ErrScannerClosed),
+		errors.Is(err, ErrStaleChain),
 		errors.Is(err, context.Canceled),
 		errors.Is(err, context.DeadlineExceeded):
 		return false
@@ -89,4 +90,68 @@ type Counter interface {
 // it may fail afterwards; opening it again creates it anew, with ids from 1.
 type ChannelRemover interface {
 	RemoveChannel(ctx context.Context, channel string) error
+}
+
+// ErrStaleChain is returned (wrapped) by BatchAppender.AppendBatch when the
+// batch's chain position is stale: the chain's last marker is not the one the
+// batch expects (another writer's batch, or an earlier attempt of this one,
+// landed first). Nothing of the batch was stored. Read LastMarker to find out
+// which.
+var ErrStaleChain = errors.New("wal: batch expects a stale chain position")
+
+// Batch is a group of messages stored all or nothing, closed by a marker
+// that makes it one link of a compare-and-set chain: a writer (e.g. a shard
+// publishing a transaction's outputs) names its chain, and each batch
+// expects the chain's last marker. Two writers appending the same batch at
+// the same position — a zombie and its successor, or a retry whose first
+// attempt landed — store it at most once.
+type Batch struct {
+	// Messages are the batch's messages, delivered to scanners in order.
+	// At most BatchAppender.MaxBatch.
+	Messages []message.MutableMessage
+	// Chain names the marker chain ([A-Za-z0-9._-]+, e.g. a shard id).
+	Chain string
+	// Marker is the marker's payload: opaque to the WAL, returned by
+	// LastMarker (e.g. the transaction the batch belongs to).
+	Marker []byte
+	// After is the id of the chain's last marker the batch expects (0: the
+	// chain has no marker yet on this channel).
+	After message.MessageID
+}
+
+// BatchResult is where a stored batch landed.
+type BatchResult struct {
+	// FirstID is the id of the batch's first message (0 for an empty one).
+	FirstID message.MessageID
+	// MarkerID is the id of the batch's marker: the next batch's After.
+	MarkerID message.MessageID
+}
+
+// Marker is a chain's last marker on a channel.
+type Marker struct {
+	// ID is its id (0: the chain has no marker on the channel).
+	ID message.MessageID
+	// Payload is the Batch.Marker it closed.
+	Payload []byte
+}
+
+// BatchAppender is optionally implemented by a WALImpls: atomic, chained
+// batches (exactly-once outputs). Markers take ids of the channel but are
+// never delivered to scanners.
+type BatchAppender interface {
+	// AppendBatch stores b's messages and marker, all or nothing, if the
+	// chain's last marker on the channel is b.After; otherwise it fails with
+	// an error wrapping ErrStaleChain and stores nothing. Other errors are
+	// as for Append; after a transient one the batch may or may not have
+	// been stored (a retry then finds the chain moved).
+	AppendBatch(ctx context.Context, b Batch) (BatchResult, error)
+	// LastMarker returns the chain's last marker on the channel.
+	LastMarker(ctx context.Context, chain string) (Marker, error)
+	// MaxBatch bounds len(Batch.Messages).
+	MaxBatch() int
+	// Atomic reports whether a batch is stored all or nothing (true), or
+	// message by message with dedupe ids (false: a batch cut short by a
+	// crash is completed by its retry only within the backend's duplicate
+	// window; see the backend's doc).
+	Atomic() bool
 }

@@ -107,7 +107,8 @@ func (s *store) channel(name string) *channel {
 	defer s.mu.Unlock()
 	c, ok := s.channels[name]
 	if !ok {
-		c = &channel{name: name, nextID: 1, firstID: 1, dedupe: make(map[string]message.MessageID), notify: make(chan struct{})}
+		c = &channel{name: name, nextID: 1, firstID: 1, dedupe: make(map[string]message.MessageID),
+			markers: make(map[string]walimpls.Marker), notify: make(chan struct{})}
 		s.channels[name] = c
 	}
 	return c
@@ -127,10 +128,12 @@ type channel struct {
 	mu      sync.Mutex
 	msgs    []message.ImmutableMessage
 	nextID  message.MessageID
+	lastID  message.MessageID // the last message's id (markers take ids too, but are not messages)
 	firstID message.MessageID // lowest id not truncated
 	term    uint64            // highest non-zero term any WAL opened with
 	dedupe  map[string]message.MessageID
-	notify  chan struct{} // closed (and replaced) on every append and truncate
+	markers map[string]walimpls.Marker // last marker per chain (see batch.go)
+	notify  chan struct{}              // closed (and replaced) on every append and truncate
 }
 
 // wake must be called with c.mu held.
@@ -143,16 +146,33 @@ func (c *channel) wake() {
 func (c *channel) store(term uint64, msg *message.MutableMessage) (message.MessageID, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if term != 0 && term < c.term {
-		return 0, fmt.Errorf("memory: append to %q with term %d (current %d): %w", c.name, term, c.term, walimpls.ErrFenced)
+	if err := c.checkTerm(term); err != nil {
+		return 0, err
 	}
+	id := c.storeLocked(msg)
+	c.wake()
+	return id, nil
+}
+
+// checkTerm fails an append of a superseded writer. Called with c.mu held.
+func (c *channel) checkTerm(term uint64) error {
+	if term != 0 && term < c.term {
+		return fmt.Errorf("memory: append to %q with term %d (current %d): %w", c.name, term, c.term, walimpls.ErrFenced)
+	}
+	return nil
+}
+
+// storeLocked stores msg (or finds its DedupeID) and returns its id. Called
+// with c.mu held; the caller wakes scanners.
+func (c *channel) storeLocked(msg *message.MutableMessage) message.MessageID {
 	if msg.DedupeID != "" {
 		if id, ok := c.dedupe[msg.DedupeID]; ok {
-			return id, nil
+			return id
 		}
 	}
 	id := c.nextID
 	c.nextID++
+	c.lastID = id
 	c.msgs = append(c.msgs, message.ImmutableMessage{
 		Channel:    c.name,
 		ID:         id,
@@ -164,6 +184,5 @@ func (c *channel) store(term uint64, msg *message.MutableMessage) (message.Messa
 	if msg.DedupeID != "" {
 		c.dedupe[msg.DedupeID] = id
 	}
-	c.wake()
-	return id, nil
+	return id
 }

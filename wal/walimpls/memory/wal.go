@@ -153,7 +153,7 @@ func (w *wal) LastID(ctx context.Context) (message.MessageID, error) {
 	}
 	w.ch.mu.Lock()
 	defer w.ch.mu.Unlock()
-	return w.ch.nextID - 1, nil
+	return w.ch.lastID, nil
 }
 
 func (w *wal) Truncate(ctx context.Context, id message.MessageID) error {

@@ -50,6 +50,8 @@ func Run(t *testing.T, newBuilder func(t *testing.T) walimpls.OpenerBuilderImpls
 		{"LastID", testLastID},
 		{"Count", testCount},
 		{"RemoveChannel", testRemoveChannel},
+		{"BatchChain", testBatchChain},
+		{"BatchRace", testBatchRace},
 		{"AsyncConcurrentPipelines", testAsyncConcurrent},
 		{"AsyncFencedPipelineInCallOrder", testAsyncFencedOrder},
 		{"AsyncFencingMidPipeline", testAsyncFencingMidPipeline},
