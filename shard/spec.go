@@ -281,8 +281,8 @@ func TopicPartitions(specs []*Spec) map[string]int {
 	return out
 }
 
-// SortSpecs orders specs by id.
-func SortSpecs(specs []*Spec) {
+// sortSpecs orders specs by id.
+func sortSpecs(specs []*Spec) {
 	sort.Slice(specs, func(i, j int) bool { return specs[i].ID < specs[j].ID })
 }
 
