@@ -294,13 +294,13 @@ func converge(b *testing.B, nItems, nMembers int) (txns int64, secs float64) {
 	}
 	for i := 0; i < nItems; i++ {
 		ops = append(ops, clientv3.OpPut(ItemKey(prefix, fmt.Sprintf("item-%05d", i)), `{"hot_standbys":1}`))
-		if len(ops) == MaxTxnOps {
+		if len(ops) == maxTxnOps {
 			flush()
 		}
 	}
 	flush()
 	for {
-		resp, err := c.Get(ctx, AssignPrefix(prefix), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		resp, err := c.Get(ctx, assignPrefix(prefix), clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil {
 			b.Fatal(err)
 		}

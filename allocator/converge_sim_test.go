@@ -37,7 +37,7 @@ func (c *simCluster) apply(t *testing.T, g opGroup) {
 		key := string(op.KeyBytes())
 		switch {
 		case op.IsPut():
-			a, err := ParseAssignmentKey(simPrefix, key)
+			a, err := parseAssignmentKey(simPrefix, key)
 			if err != nil {
 				t.Fatalf("put of a non-assignment key %s", key)
 			}

@@ -174,7 +174,7 @@ func TestBatchGroupsLimits(t *testing.T) {
 	txns := batchGroups(plan.groups, leader)
 	ops := 0
 	for _, tx := range txns {
-		if len(tx.ops) > MaxTxnOps || len(tx.cmps) > MaxTxnOps {
+		if len(tx.ops) > maxTxnOps || len(tx.cmps) > maxTxnOps {
 			t.Fatalf("txn with %d ops, %d cmps", len(tx.ops), len(tx.cmps))
 		}
 		if string(tx.cmps[0].Key) != "/r/members/z0/m0" {

@@ -23,40 +23,37 @@ const (
 // cleanPrefix strips a trailing slash: "/consumerd/" and "/consumerd" are the same root.
 func cleanPrefix(prefix string) string { return strings.TrimRight(prefix, "/") }
 
-// MembersPrefix is the key prefix of all member keys.
-func MembersPrefix(prefix string) string { return cleanPrefix(prefix) + membersDir }
+// membersPrefix is the key prefix of all member keys.
+func membersPrefix(prefix string) string { return cleanPrefix(prefix) + membersDir }
 
-// ItemsPrefix is the key prefix of all item keys.
-func ItemsPrefix(prefix string) string { return cleanPrefix(prefix) + itemsDir }
+// itemsPrefix is the key prefix of all item keys.
+func itemsPrefix(prefix string) string { return cleanPrefix(prefix) + itemsDir }
 
-// AssignPrefix is the key prefix of all assignment keys.
-func AssignPrefix(prefix string) string { return cleanPrefix(prefix) + assignDir }
+// assignPrefix is the key prefix of all assignment keys.
+func assignPrefix(prefix string) string { return cleanPrefix(prefix) + assignDir }
 
 // MemberKey is <root>/members/<zone>/<id>.
 func MemberKey(prefix, zone, id string) string {
-	return MembersPrefix(prefix) + zone + "/" + id
+	return membersPrefix(prefix) + zone + "/" + id
 }
 
 // ItemKey is <root>/items/<id>.
-func ItemKey(prefix, id string) string { return ItemsPrefix(prefix) + id }
+func ItemKey(prefix, id string) string { return itemsPrefix(prefix) + id }
 
 // AssignmentKey is <root>/assign/<item>/<zone>/<member>/<slot>.
 func AssignmentKey(prefix string, a Assignment) string {
-	return AssignPrefix(prefix) + a.Item + "/" + a.Zone + "/" + a.Member + "/" + strconv.Itoa(a.Slot)
+	return assignPrefix(prefix) + a.Item + "/" + a.Zone + "/" + a.Member + "/" + strconv.Itoa(a.Slot)
 }
 
-// ItemAssignPrefix is the prefix of all assignment keys of one item.
-func ItemAssignPrefix(prefix, item string) string { return AssignPrefix(prefix) + item + "/" }
-
-// ParseMemberKey parses <root>/members/<zone>/<id>.
-func ParseMemberKey(prefix, key string) (zone, id string, err error) {
-	rest, ok := strings.CutPrefix(key, MembersPrefix(prefix))
+// parseMemberKey parses <root>/members/<zone>/<id>.
+func parseMemberKey(prefix, key string) (zone, id string, err error) {
+	rest, ok := strings.CutPrefix(key, membersPrefix(prefix))
 	if !ok {
-		return "", "", fmt.Errorf("member key %q: not under %q", key, MembersPrefix(prefix))
+		return "", "", fmt.Errorf("member key %q: not under %q", key, membersPrefix(prefix))
 	}
 	parts := strings.Split(rest, "/")
 	if len(parts) != 2 {
-		return "", "", fmt.Errorf("member key %q: want <zone>/<member> after %q", key, MembersPrefix(prefix))
+		return "", "", fmt.Errorf("member key %q: want <zone>/<member> after %q", key, membersPrefix(prefix))
 	}
 	for _, p := range parts {
 		if err := ident.Check(p); err != nil {
@@ -66,11 +63,11 @@ func ParseMemberKey(prefix, key string) (zone, id string, err error) {
 	return parts[0], parts[1], nil
 }
 
-// ParseItemKey parses <root>/items/<id>.
-func ParseItemKey(prefix, key string) (string, error) {
-	rest, ok := strings.CutPrefix(key, ItemsPrefix(prefix))
+// parseItemKey parses <root>/items/<id>.
+func parseItemKey(prefix, key string) (string, error) {
+	rest, ok := strings.CutPrefix(key, itemsPrefix(prefix))
 	if !ok {
-		return "", fmt.Errorf("item key %q: not under %q", key, ItemsPrefix(prefix))
+		return "", fmt.Errorf("item key %q: not under %q", key, itemsPrefix(prefix))
 	}
 	if err := ident.Check(rest); err != nil {
 		return "", fmt.Errorf("item key %q: %w", key, err)
@@ -78,16 +75,16 @@ func ParseItemKey(prefix, key string) (string, error) {
 	return rest, nil
 }
 
-// ParseAssignmentKey parses <root>/assign/<item>/<zone>/<member>/<slot> into
+// parseAssignmentKey parses <root>/assign/<item>/<zone>/<member>/<slot> into
 // an Assignment with Item, Zone, Member and Slot set.
-func ParseAssignmentKey(prefix, key string) (Assignment, error) {
-	rest, ok := strings.CutPrefix(key, AssignPrefix(prefix))
+func parseAssignmentKey(prefix, key string) (Assignment, error) {
+	rest, ok := strings.CutPrefix(key, assignPrefix(prefix))
 	if !ok {
-		return Assignment{}, fmt.Errorf("assignment key %q: not under %q", key, AssignPrefix(prefix))
+		return Assignment{}, fmt.Errorf("assignment key %q: not under %q", key, assignPrefix(prefix))
 	}
 	parts := strings.Split(rest, "/")
 	if len(parts) != 4 {
-		return Assignment{}, fmt.Errorf("assignment key %q: want <item>/<zone>/<member>/<slot> after %q", key, AssignPrefix(prefix))
+		return Assignment{}, fmt.Errorf("assignment key %q: want <item>/<zone>/<member>/<slot> after %q", key, assignPrefix(prefix))
 	}
 	for _, p := range parts[:3] {
 		if err := ident.Check(p); err != nil {
@@ -101,8 +98,8 @@ func ParseAssignmentKey(prefix, key string) (Assignment, error) {
 	return Assignment{Item: parts[0], Zone: parts[1], Member: parts[2], Slot: slot}, nil
 }
 
-// DecodeMemberSpec decodes and checks a member value.
-func DecodeMemberSpec(raw []byte) (MemberSpec, error) {
+// decodeMemberSpec decodes and checks a member value.
+func decodeMemberSpec(raw []byte) (MemberSpec, error) {
 	var s MemberSpec
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return MemberSpec{}, fmt.Errorf("member spec: %w", err)

@@ -180,7 +180,7 @@ func (ks *KeySpace) apply(resp clientv3.WatchResponse) {
 		if ev.Type == mvccpb.DELETE {
 			delete(ks.members, key)
 			delete(ks.assignments, key)
-			if id, err := ParseItemKey(ks.prefix, key); err == nil {
+			if id, err := parseItemKey(ks.prefix, key); err == nil {
 				delete(ks.items, id)
 			}
 			continue
@@ -189,7 +189,7 @@ func (ks *KeySpace) apply(resp clientv3.WatchResponse) {
 		// key is dropped from the mirror (and logged).
 		delete(ks.members, key)
 		delete(ks.assignments, key)
-		if id, err := ParseItemKey(ks.prefix, key); err == nil {
+		if id, err := parseItemKey(ks.prefix, key); err == nil {
 			delete(ks.items, id)
 		}
 		ks.decodeInto(ev.Kv, ks.members, ks.items, ks.assignments, ks.badAssign)
@@ -212,10 +212,10 @@ func (ks *KeySpace) decodeInto(kv *mvccpb.KeyValue, members map[string]MemberInf
 	rest := strings.TrimPrefix(key, ks.prefix)
 	switch {
 	case strings.HasPrefix(rest, membersDir):
-		zone, id, err := ParseMemberKey(ks.prefix, key)
+		zone, id, err := parseMemberKey(ks.prefix, key)
 		if err == nil {
 			var spec MemberSpec
-			if spec, err = DecodeMemberSpec(kv.Value); err == nil {
+			if spec, err = decodeMemberSpec(kv.Value); err == nil {
 				members[key] = MemberInfo{Zone: zone, ID: id, Spec: spec, Lease: kv.Lease,
 					CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision}
 				return
@@ -223,7 +223,7 @@ func (ks *KeySpace) decodeInto(kv *mvccpb.KeyValue, members map[string]MemberInf
 		}
 		ks.skip(key, err)
 	case strings.HasPrefix(rest, itemsDir):
-		id, err := ParseItemKey(ks.prefix, key)
+		id, err := parseItemKey(ks.prefix, key)
 		if err == nil {
 			var it Item
 			if it, err = ks.decodeItem(id, kv.Value); err == nil {
@@ -237,7 +237,7 @@ func (ks *KeySpace) decodeInto(kv *mvccpb.KeyValue, members map[string]MemberInf
 		}
 		ks.skip(key, err)
 	case strings.HasPrefix(rest, assignDir):
-		a, err := ParseAssignmentKey(ks.prefix, key)
+		a, err := parseAssignmentKey(ks.prefix, key)
 		if err == nil {
 			a.CreateRevision, a.ModRevision = kv.CreateRevision, kv.ModRevision
 			if a.Status, err = DecodeReplicaStatus(kv.Value); err == nil {

@@ -111,7 +111,7 @@ func TestKeysRoundTrip(t *testing.T) {
 	if k != "/root/assign/s-1.x/z_1/m1/3" {
 		t.Fatalf("key %q", k)
 	}
-	got, err := ParseAssignmentKey("/root", k)
+	got, err := parseAssignmentKey("/root", k)
 	if err != nil || got != a {
 		t.Fatalf("parse %q: %+v %v", k, got, err)
 	}
@@ -119,26 +119,26 @@ func TestKeysRoundTrip(t *testing.T) {
 		"/root/assign/s1/z/m/-1", "/root/assign/s1/z/m/01", "/root/assign/s1/z/m", "/root/assign/s1/z/m/1/2",
 		"/root/assign/s 1/z/m/1", "/other/assign/s1/z/m/1", "/root/assign/../z/m/1",
 	} {
-		if _, err := ParseAssignmentKey("/root", bad); err == nil {
-			t.Errorf("ParseAssignmentKey(%q) accepted", bad)
+		if _, err := parseAssignmentKey("/root", bad); err == nil {
+			t.Errorf("parseAssignmentKey(%q) accepted", bad)
 		}
 	}
-	if z, id, err := ParseMemberKey("/root", MemberKey("/root", "a", "m")); err != nil || z != "a" || id != "m" {
+	if z, id, err := parseMemberKey("/root", MemberKey("/root", "a", "m")); err != nil || z != "a" || id != "m" {
 		t.Fatalf("member key: %v %v %v", z, id, err)
 	}
 	for _, bad := range []string{"/root/members/a", "/root/members/a/b/c", "/root/members/a/b!"} {
-		if _, _, err := ParseMemberKey("/root", bad); err == nil {
-			t.Errorf("ParseMemberKey(%q) accepted", bad)
+		if _, _, err := parseMemberKey("/root", bad); err == nil {
+			t.Errorf("parseMemberKey(%q) accepted", bad)
 		}
 	}
 	// The key parsers apply consumerd's one id rule (internal/ident).
 	for _, id := range []string{"..", "a b", strings.Repeat("i", 201)} {
-		if _, err := ParseItemKey("/root", ItemKey("/root", id)); err == nil {
-			t.Errorf("ParseItemKey accepted item id %q", id)
+		if _, err := parseItemKey("/root", ItemKey("/root", id)); err == nil {
+			t.Errorf("parseItemKey accepted item id %q", id)
 		}
 	}
-	if id, err := ParseItemKey("/root", ItemKey("/root", strings.Repeat("i", 200))); err != nil || len(id) != 200 {
-		t.Errorf("ParseItemKey rejected a 200-character id: %v", err)
+	if id, err := parseItemKey("/root", ItemKey("/root", strings.Repeat("i", 200))); err != nil || len(id) != 200 {
+		t.Errorf("parseItemKey rejected a 200-character id: %v", err)
 	}
 	if _, err := DecodeReplicaStatus([]byte(`{"state":"NOPE"}`)); err == nil {
 		t.Error("unknown state accepted")
@@ -146,7 +146,7 @@ func TestKeysRoundTrip(t *testing.T) {
 	if _, err := DecodeGenericItem("x", []byte(`{"hot_standbys":-1}`)); err == nil {
 		t.Error("negative hot_standbys accepted")
 	}
-	if _, err := DecodeMemberSpec([]byte(`{"item_limit":-1}`)); err == nil {
+	if _, err := decodeMemberSpec([]byte(`{"item_limit":-1}`)); err == nil {
 		t.Error("negative item_limit accepted")
 	}
 }

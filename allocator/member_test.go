@@ -202,7 +202,7 @@ func TestDeposedLeaderWritesFail(t *testing.T) {
 	if resp.Succeeded {
 		t.Fatal("deposed leader's txn succeeded")
 	}
-	got, err := c.Get(ctx, AssignPrefix(p), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	got, err := c.Get(ctx, assignPrefix(p), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil || got.Count != 0 {
 		t.Fatalf("assignments written: %v %v", got.Count, err)
 	}

@@ -165,9 +165,9 @@ func (in *planInput) overshootMembers(plan convergePlan, sol *Solution) []bool {
 	return allow
 }
 
-// MaxTxnOps bounds the operations (and, separately, the compares) of one
+// maxTxnOps bounds the operations (and, separately, the compares) of one
 // converge transaction: etcd's default --max-txn-ops.
-const MaxTxnOps = 128
+const maxTxnOps = 128
 
 // plannedTxn is one transaction of a converge round.
 type plannedTxn struct {
@@ -177,8 +177,8 @@ type plannedTxn struct {
 	descs                     []string
 }
 
-// batchGroups packs groups into transactions of at most MaxTxnOps operations
-// and MaxTxnOps compares, each also guarded by leaderCmp. Identical compares
+// batchGroups packs groups into transactions of at most maxTxnOps operations
+// and maxTxnOps compares, each also guarded by leaderCmp. Identical compares
 // within a transaction are merged.
 func batchGroups(groups []opGroup, leaderCmp clientv3.Cmp) []plannedTxn {
 	var out []plannedTxn
@@ -194,7 +194,7 @@ func batchGroups(groups []opGroup, leaderCmp clientv3.Cmp) []plannedTxn {
 				}
 			}
 		}
-		if cur == nil || len(cur.ops)+len(g.ops) > MaxTxnOps || len(cur.cmps)+newCmps > MaxTxnOps {
+		if cur == nil || len(cur.ops)+len(g.ops) > maxTxnOps || len(cur.cmps)+newCmps > maxTxnOps {
 			out = append(out, plannedTxn{cmps: []clientv3.Cmp{leaderCmp}})
 			cur = &out[len(out)-1]
 			seen = map[string]bool{cmpKey(leaderCmp): true}

@@ -351,13 +351,13 @@ func (s *scenario) stopAll() {
 
 // read returns the assignments as stored in etcd.
 func (s *scenario) read(ctx context.Context) ([]Assignment, error) {
-	resp, err := s.client.Get(ctx, AssignPrefix(s.prefix), clientv3.WithPrefix())
+	resp, err := s.client.Get(ctx, assignPrefix(s.prefix), clientv3.WithPrefix())
 	if err != nil {
 		return nil, err
 	}
 	var out []Assignment
 	for _, kv := range resp.Kvs {
-		a, err := ParseAssignmentKey(s.prefix, string(kv.Key))
+		a, err := parseAssignmentKey(s.prefix, string(kv.Key))
 		if err != nil {
 			continue
 		}

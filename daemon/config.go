@@ -15,8 +15,8 @@ import (
 	"github.com/consumerd/consumerd/internal/ident"
 )
 
-// ServeConfig is the configuration of `consumerd serve`, one field per flag.
-type ServeConfig struct {
+// serveConfig is the configuration of `consumerd serve`, one field per flag.
+type serveConfig struct {
 	EtcdEndpoints []string
 	EtcdPrefix    string
 	LeaseTTL      time.Duration
@@ -64,7 +64,7 @@ func defaultMemberID() string {
 }
 
 // bindServeFlags registers serve's flags on fs with their defaults.
-func (c *ServeConfig) bindFlags(fs *pflag.FlagSet, defaultApp string) {
+func (c *serveConfig) bindFlags(fs *pflag.FlagSet, defaultApp string) {
 	fs.StringSliceVar(&c.EtcdEndpoints, "etcd.endpoints", nil, "etcd endpoints, comma separated; empty starts an embedded etcd")
 	fs.StringVar(&c.EtcdPrefix, "etcd.prefix", "/consumerd", "root of consumerd's keys in etcd")
 	fs.DurationVar(&c.LeaseTTL, "etcd.lease-ttl", 10*time.Second, "member lease TTL: a member that stops renewing it loses its shards after this long")
@@ -89,14 +89,14 @@ func (c *ServeConfig) bindFlags(fs *pflag.FlagSet, defaultApp string) {
 	fs.IntVar(&c.EmbeddedShards, "embedded.shards", 4, "with embedded etcd, shards of --app to create when it has none (0: create none)")
 }
 
-// Embedded reports whether serve starts its own etcd.
-func (c *ServeConfig) EmbeddedEtcd() bool { return len(c.EtcdEndpoints) == 0 }
+// EmbeddedEtcd reports whether serve starts its own etcd.
+func (c *serveConfig) EmbeddedEtcd() bool { return len(c.EtcdEndpoints) == 0 }
 
 // EmbeddedWAL reports whether serve starts its own nats-server.
-func (c *ServeConfig) EmbeddedWAL() bool { return c.WALURL == "" }
+func (c *serveConfig) EmbeddedWAL() bool { return c.WALURL == "" }
 
 // Validate checks the configuration and names the first bad flag.
-func (c *ServeConfig) Validate() error {
+func (c *serveConfig) Validate() error {
 	var errs []error
 	bad := func(flag, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("--%s: %s", flag, fmt.Sprintf(format, args...)))

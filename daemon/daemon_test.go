@@ -37,16 +37,16 @@ func TestEnvName(t *testing.T) {
 		"embedded.etcd-client-url": "CONSUMERD_EMBEDDED_ETCD_CLIENT_URL",
 		"app":                      "CONSUMERD_APP",
 	} {
-		if got := EnvName(flag); got != want {
-			t.Errorf("EnvName(%q) = %q, want %q", flag, got, want)
+		if got := envName(flag); got != want {
+			t.Errorf("envName(%q) = %q, want %q", flag, got, want)
 		}
 	}
 }
 
 // serveConfigFrom parses serve's flags from args and env, without running.
-func serveConfigFrom(t *testing.T, args []string, env map[string]string) (ServeConfig, error) {
+func serveConfigFrom(t *testing.T, args []string, env map[string]string) (serveConfig, error) {
 	t.Helper()
-	var cfg ServeConfig
+	var cfg serveConfig
 	cmd := &cobra.Command{Use: "serve", RunE: func(*cobra.Command, []string) error { return nil }}
 	cfg.bindFlags(cmd.Flags(), "wordcount")
 	if err := cmd.ParseFlags(args); err != nil {
@@ -61,21 +61,21 @@ func TestFlagEnvPrecedence(t *testing.T) {
 		name    string
 		args    []string
 		env     map[string]string
-		check   func(ServeConfig) bool
+		check   func(serveConfig) bool
 		wantErr string
 	}{
-		{"defaults", nil, nil, func(c ServeConfig) bool {
+		{"defaults", nil, nil, func(c serveConfig) bool {
 			return c.LeaseTTL == 10*time.Second && c.EtcdPrefix == "/consumerd" && c.HTTPAddr == "127.0.0.1:8080" &&
 				c.Limit == 1024 && c.Zone == "local" && c.DataDir == "./consumerd-data" && c.App == "wordcount" &&
 				c.EmbeddedEtcd() && c.EmbeddedWAL()
 		}, ""},
 		{"env sets", nil, map[string]string{"CONSUMERD_ETCD_LEASE_TTL": "3s", "CONSUMERD_ETCD_ENDPOINTS": "a:1,b:2", "CONSUMERD_MEMBER_LIMIT": "7"},
-			func(c ServeConfig) bool {
+			func(c serveConfig) bool {
 				return c.LeaseTTL == 3*time.Second && len(c.EtcdEndpoints) == 2 && c.EtcdEndpoints[1] == "b:2" && c.Limit == 7 && !c.EmbeddedEtcd()
 			}, ""},
 		{"flag wins over env", []string{"--etcd.lease-ttl", "5s", "--etcd.endpoints", "x:1"},
 			map[string]string{"CONSUMERD_ETCD_LEASE_TTL": "3s", "CONSUMERD_ETCD_ENDPOINTS": "a:1,b:2"},
-			func(c ServeConfig) bool {
+			func(c serveConfig) bool {
 				return c.LeaseTTL == 5*time.Second && len(c.EtcdEndpoints) == 1 && c.EtcdEndpoints[0] == "x:1"
 			}, ""},
 		{"bad env value", nil, map[string]string{"CONSUMERD_ETCD_LEASE_TTL": "soon"}, nil, "CONSUMERD_ETCD_LEASE_TTL"},

@@ -39,10 +39,11 @@
 //   - Main / Run: run the command line, return the exit code (0 ok, 1 error,
 //     2 usage error). Errors print as one line; panics are caught.
 //   - Options: the apps a binary knows, and its streams/env/signals (tests).
-//   - ServeConfig: serve's flags, with Validate naming the bad flag; Serve
-//     runs a member with it.
+//   - serveConfig (config.go): serve's flags, with Validate naming the bad
+//     flag; serve (serve.go) runs a member with it.
 //   - Snapshot support (snapshots.go): the snapshot store serve hands the
 //     shard service, and `shards recover`.
 //   - StatusResponse, QueryResponse, ShardRow, MemberRow: the JSON shapes of
-//     /v1/status, /v1/query, `shards list -o json`, `members list -o json`.
+//     /v1/status, /v1/query, `shards list -o json`, `members list -o json`;
+//     exported so Go programs can decode them.
 package daemon

@@ -8,24 +8,24 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// EnvPrefix prefixes every flag's environment mirror.
-const EnvPrefix = "CONSUMERD_"
+// envPrefix prefixes every flag's environment mirror.
+const envPrefix = "CONSUMERD_"
 
-// EnvName is the environment variable that mirrors flag name:
+// envName is the environment variable that mirrors flag name:
 // "etcd.lease-ttl" -> "CONSUMERD_ETCD_LEASE_TTL".
-func EnvName(flag string) string {
+func envName(flag string) string {
 	r := strings.NewReplacer(".", "_", "-", "_")
-	return EnvPrefix + strings.ToUpper(r.Replace(flag))
+	return envPrefix + strings.ToUpper(r.Replace(flag))
 }
 
 // annotateEnv appends the env mirror's name to each flag's usage text, so
 // `--help` shows it.
 func annotateEnv(fs *pflag.FlagSet) {
 	fs.VisitAll(func(f *pflag.Flag) {
-		if f.Name == "help" || strings.Contains(f.Usage, "[$"+EnvPrefix) {
+		if f.Name == "help" || strings.Contains(f.Usage, "[$"+envPrefix) {
 			return
 		}
-		f.Usage = fmt.Sprintf("%s [$%s]", f.Usage, EnvName(f.Name))
+		f.Usage = fmt.Sprintf("%s [$%s]", f.Usage, envName(f.Name))
 	})
 }
 
@@ -39,7 +39,7 @@ func applyEnv(cmd *cobra.Command, lookup func(string) (string, bool)) error {
 		if firstErr != nil || f.Changed || f.Name == "help" {
 			return
 		}
-		name := EnvName(f.Name)
+		name := envName(f.Name)
 		v, ok := lookup(name)
 		if !ok {
 			return

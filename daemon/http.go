@@ -22,11 +22,13 @@ import (
 // maxParallelQueries bounds the shard queries a gather has in flight.
 const maxParallelQueries = 16
 
-// ForwardedHeader marks a /v1/query request that a member forwarded to the
+// forwardedHeader marks a /v1/query request that a member forwarded to the
 // shard's primary; the receiver never forwards it again (one hop, no loops).
-const ForwardedHeader = "Consumerd-Forwarded"
+const forwardedHeader = "Consumerd-Forwarded"
 
 // StatusResponse is the body of GET /v1/status: this member and its replicas.
+// It and StatusReplica stay exported as that endpoint's JSON contract, for Go
+// clients that decode it.
 type StatusResponse struct {
 	Member   string `json:"member"`
 	Zone     string `json:"zone"`
@@ -55,7 +57,8 @@ type StatusReplica struct {
 	Applied uint64 `json:"applied"`
 }
 
-// QueryResponse is the body of GET /v1/query.
+// QueryResponse is the body of GET /v1/query, exported as that endpoint's
+// JSON contract for Go clients that decode it.
 type QueryResponse struct {
 	App string `json:"app"`
 	Key string `json:"key,omitempty"`
@@ -287,7 +290,7 @@ func (s *server) queryLocal(sess *session, app shard.App, shardID, key string, a
 
 // forward proxies a shard query to the shard's primary, one hop only.
 func (s *server) forward(w http.ResponseWriter, r *http.Request, sess *session, shardID string) {
-	if r.Header.Get(ForwardedHeader) != "" {
+	if r.Header.Get(forwardedHeader) != "" {
 		httpError(w, http.StatusMisdirectedRequest, "shard %s: not primary on member %s/%s (request was already forwarded once)", shardID, s.cfg.Zone, s.cfg.MemberID)
 		return
 	}
@@ -307,7 +310,7 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request, sess *session, 
 		httpError(w, http.StatusInternalServerError, "forwarding: %v", err)
 		return
 	}
-	req.Header.Set(ForwardedHeader, s.cfg.Zone+"/"+s.cfg.MemberID)
+	req.Header.Set(forwardedHeader, s.cfg.Zone+"/"+s.cfg.MemberID)
 	resp, err := s.http.Do(req)
 	if err != nil {
 		httpError(w, http.StatusBadGateway, "forwarding to primary %s/%s at %s: %v", p.Zone, p.Member, ep, err)

@@ -20,7 +20,9 @@ import (
 	"github.com/consumerd/consumerd/wal/message"
 )
 
-// ShardRow is one shard of `shards list -o json` (DESIGN §7).
+// ShardRow is one shard of `shards list -o json` (DESIGN §7). The row types
+// (ShardRow, ReplicaRow, MemberRow) and the Status* values stay exported as
+// the CLI's JSON contract, for Go programs that decode its output.
 type ShardRow struct {
 	ID string `json:"id"`
 	// Status is the primary's state (PRIMARY, BACKFILL, FAILED, ...),

@@ -16,8 +16,8 @@ import (
 	"github.com/consumerd/consumerd/shard"
 )
 
-// Version is reported in the member spec and by `consumerd --version`.
-const Version = "0.1.0-dev"
+// version is reported in the member spec and by `consumerd --version`.
+const version = "0.1.0-dev"
 
 // Options configure a command tree. The zero value of every field but Apps
 // means "the process's own": os.Stdin, os.Stdout, os.Stderr, os.LookupEnv,
@@ -57,7 +57,7 @@ func Run(ctx context.Context, args []string, opts Options) (code int) {
 			code = 1
 		}
 	}()
-	root := NewCommand(opts)
+	root := newCommand(opts)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
@@ -170,8 +170,8 @@ func isCobraUsageError(err error) bool {
 	return false
 }
 
-// NewCommand builds the consumerd command tree.
-func NewCommand(opts Options) *cobra.Command {
+// newCommand builds the consumerd command tree.
+func newCommand(opts Options) *cobra.Command {
 	opts = opts.withDefaults()
 	root := &cobra.Command{
 		Use:   "consumerd",
@@ -184,7 +184,7 @@ partitions exactly once.
 Every flag can also be set from the environment: CONSUMERD_ + the flag name
 upper-cased with '.' and '-' as '_' (--etcd.lease-ttl is CONSUMERD_ETCD_LEASE_TTL).
 A flag given on the command line wins over its environment variable.`,
-		Version:       Version,
+		Version:       version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {

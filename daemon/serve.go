@@ -27,7 +27,7 @@ import (
 )
 
 func newServeCommand(opts Options) *cobra.Command {
-	var cfg ServeConfig
+	var cfg serveConfig
 	defaultApp := ""
 	if len(opts.Apps) > 0 {
 		defaultApp = opts.Apps[0].Name
@@ -59,7 +59,7 @@ nothing, or 1 after --shutdown-timeout. A second signal exits at once.`,
 			if opts.Signals == nil { // real signals: a second one ends the process at once
 				hardExit = func() { os.Exit(1) }
 			}
-			return Serve(cmd.Context(), cfg, app, opts.appMap(), opts.Stderr, sigs, hardExit)
+			return serve(cmd.Context(), cfg, app, opts.appMap(), opts.Stderr, sigs, hardExit)
 		},
 	}
 	cfg.bindFlags(cmd.Flags(), defaultApp)
@@ -69,7 +69,7 @@ nothing, or 1 after --shutdown-timeout. A second signal exits at once.`,
 // server is one serve process: its backends, its HTTP server, and the current
 // member session (replaced when a lease is lost and the member rejoins).
 type server struct {
-	cfg    ServeConfig
+	cfg    serveConfig
 	app    shard.App
 	apps   map[string]shard.App
 	log    hclog.Logger
@@ -92,14 +92,14 @@ type session struct {
 	svc    *shard.Service
 }
 
-// Serve runs a member until it drained after a signal on sigs (nil error),
+// serve runs a member until it drained after a signal on sigs (nil error),
 // ctx is cancelled (nil), or a fatal error. It is what `consumerd serve`
 // runs; out receives the logs.
 //
 // A first signal on sigs drains the member; a second one calls hardExit
 // (the command passes os.Exit(1) for real signals), or, when it is nil,
 // stops without draining but still tears down in order.
-func Serve(ctx context.Context, cfg ServeConfig, app shard.App, apps map[string]shard.App, out interface{ Write([]byte) (int, error) }, sigs <-chan os.Signal, hardExit func()) error {
+func serve(ctx context.Context, cfg serveConfig, app shard.App, apps map[string]shard.App, out interface{ Write([]byte) (int, error) }, sigs <-chan os.Signal, hardExit func()) error {
 	log := newLogger(cfg.LogLevel, cfg.LogFormat, out)
 	s := &server{cfg: cfg, app: app, apps: apps, log: log, http: &http.Client{Timeout: 10 * time.Second}}
 
@@ -279,7 +279,7 @@ func Serve(ctx context.Context, cfg ServeConfig, app shard.App, apps map[string]
 // quieter is the logger for the embedded nats-server: its startup banner
 // and notices are info-level chatter, so it logs warnings and errors only,
 // unless --log.level is debug or trace.
-func quieter(cfg ServeConfig, out interface{ Write([]byte) (int, error) }) hclog.Logger {
+func quieter(cfg serveConfig, out interface{ Write([]byte) (int, error) }) hclog.Logger {
 	level := cfg.LogLevel
 	if l := hclog.LevelFromString(level); l > hclog.Debug && l < hclog.Warn {
 		level = "warn"
@@ -395,7 +395,7 @@ func (s *server) newMember(ctx context.Context) (*allocator.Member, error) {
 			Endpoint:  s.endpoint,
 			ItemLimit: s.cfg.Limit,
 			Exiting:   s.exiting.Load(),
-			Version:   Version,
+			Version:   version,
 		},
 		DecodeItem: shard.DecodeSpec,
 		Logger:     s.log,

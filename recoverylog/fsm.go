@@ -33,7 +33,9 @@ func (d Decision) String() string {
 	}
 }
 
-// SkipReason says why a record was skipped.
+// SkipReason says why a record was skipped: the type of the exported
+// Step.Reason, so it and all its values stay exported with Step. The values
+// are also the "reason" label of consumerd_recoverylog_skipped_records_total.
 type SkipReason string
 
 const (

@@ -76,10 +76,10 @@
 // # Queries
 //
 // Service.Primary gives read access to a local primary's committed state
-// (what App.Query and App.Scan read); Resolver finds which shard owns a key
-// and which member runs its primary, from the allocator's mirror. Specs and
-// PrimaryOf are the same lookups on a snapshot (the daemon's client
-// commands use them).
+// (what App.Query and App.Scan read). Specs and PrimaryOf find, on a
+// snapshot of the allocator's mirror, the shards of an app and the member
+// running each one's primary (the daemon routes /v1/query and its client
+// commands with them).
 //
 // # Metrics
 //

@@ -8,7 +8,6 @@ import (
 	"github.com/consumerd/consumerd/examples/wordcount"
 	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/shard/shardtest"
-	"github.com/consumerd/consumerd/topic"
 	"github.com/consumerd/consumerd/wal/walimpls/memory"
 )
 
@@ -68,19 +67,14 @@ func TestScheduledFailover(t *testing.T) {
 		}
 	}
 
-	// The resolver, over a member's mirror, names the members running the
+	// PrimaryOf, over a member's mirror, names the members running the
 	// primaries.
-	res := shard.NewResolver(a.Member.KeySpace())
-	prim := res.Primaries(wordcount.Name)
 	for _, s := range specs {
-		if want := "http://" + primaryNode(t, s, nodes...).ID; prim[s.ID] != want {
-			t.Fatalf("Primaries()[%s] = %q, want %q (all: %v)", s.ID, prim[s.ID], want, prim)
-		}
-	}
-	key := "some line"
-	id, ep, err := res.Resolve(wordcount.InputTopic, 2, key)
-	if err != nil || id != specs[topic.PartitionFor(key, 2)].ID || ep != prim[id] {
-		t.Fatalf("Resolve(%q) = %s %s %v", key, id, ep, err)
+		want := "http://" + primaryNode(t, s, nodes...).ID
+		shardtest.Eventually(t, "the mirror names "+want+" as primary of "+s.ID, func() (bool, string) {
+			_, ep, _ := shard.PrimaryOf(a.Member.KeySpace().Snapshot(), s.ID)
+			return ep == want, fmt.Sprintf("PrimaryOf(%s) endpoint %q", s.ID, ep)
+		})
 	}
 
 	victim := primaryNode(t, specs[0], nodes...)
@@ -96,12 +90,11 @@ func TestScheduledFailover(t *testing.T) {
 			t.Fatalf("%s after failover: %s", s.ID, d)
 		}
 	}
-	res = shard.NewResolver(survivor.Member.KeySpace())
-	shardtest.Eventually(t, "resolver sees the survivor as every primary", func() (bool, string) {
-		prim := res.Primaries(wordcount.Name)
+	shardtest.Eventually(t, "the survivor's mirror names it as every primary", func() (bool, string) {
+		snap := survivor.Member.KeySpace().Snapshot()
 		for _, s := range specs {
-			if prim[s.ID] != "http://"+survivor.ID {
-				return false, fmt.Sprintf("%v", prim)
+			if _, ep, _ := shard.PrimaryOf(snap, s.ID); ep != "http://"+survivor.ID {
+				return false, fmt.Sprintf("PrimaryOf(%s) endpoint %q", s.ID, ep)
 			}
 		}
 		return true, ""

@@ -265,8 +265,8 @@ func decodeSpec(id string, raw []byte) (*Spec, error) {
 }
 
 
-// SortSpecs orders specs by id.
-func SortSpecs(specs []*Spec) {
+// sortSpecs orders specs by id.
+func sortSpecs(specs []*Spec) {
 	sort.Slice(specs, func(i, j int) bool { return specs[i].ID < specs[j].ID })
 }
 

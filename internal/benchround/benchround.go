@@ -110,7 +110,7 @@ func (res *Result) Values(name string) []float64 {
 // the middle two for an even count).
 func (res *Result) Median(name string) float64 {
 	res.tb.Helper()
-	return Median(res.Values(name))
+	return median(res.Values(name))
 }
 
 // Min returns the smallest value of figure name over the rounds.
@@ -135,8 +135,8 @@ func (res *Result) Quantile(name string, q float64) float64 {
 	return vs[max(0, min(i, len(vs)-1))]
 }
 
-// Median returns the median of sorted xs (NaN for none).
-func Median(sorted []float64) float64 {
+// median returns the median of sorted xs (NaN for none).
+func median(sorted []float64) float64 {
 	n := len(sorted)
 	switch {
 	case n == 0:

@@ -14,12 +14,12 @@ func TestMedian(t *testing.T) {
 		{[]float64{1, 2, 9}, 2},
 		{[]float64{1, 2, 4, 9}, 3},
 	} {
-		if got := Median(c.in); got != c.want {
-			t.Errorf("Median(%v) = %v, want %v", c.in, got, c.want)
+		if got := median(c.in); got != c.want {
+			t.Errorf("median(%v) = %v, want %v", c.in, got, c.want)
 		}
 	}
-	if got := Median(nil); !math.IsNaN(got) {
-		t.Errorf("Median(nil) = %v, want NaN", got)
+	if got := median(nil); !math.IsNaN(got) {
+		t.Errorf("median(nil) = %v, want NaN", got)
 	}
 }
 

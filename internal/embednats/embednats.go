@@ -177,10 +177,6 @@ func (s *Server) URL() string { return s.url }
 // Addr is the host:port the server listens on.
 func (s *Server) Addr() string { return s.addr }
 
-// NATS exposes the underlying server (for tests that need server internals,
-// e.g. to inspect JetStream state). Callers must not shut it down directly.
-func (s *Server) NATS() *server.Server { return s.srv }
-
 // Shutdown stops the server and waits until it has stopped. Safe to call more
 // than once.
 func (s *Server) Shutdown() {

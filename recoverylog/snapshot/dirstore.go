@@ -37,7 +37,7 @@ func NewDirStore(dir string) (*DirStore, error) {
 func (d *DirStore) Root() string { return d.root }
 
 func (d *DirStore) path(name string) (string, error) {
-	if err := ValidName(name); err != nil {
+	if err := validName(name); err != nil {
 		return "", err
 	}
 	for _, el := range strings.Split(name, "/") {
@@ -141,7 +141,7 @@ func (d *DirStore) List(ctx context.Context, prefix string) ([]ObjectInfo, error
 	start := d.root
 	if i := strings.LastIndex(prefix, "/"); i > 0 {
 		dir := prefix[:i]
-		if err := ValidName(dir); err != nil {
+		if err := validName(dir); err != nil {
 			return nil, fmt.Errorf("snapshot: list prefix %q: %w", prefix, err)
 		}
 		start = filepath.Join(d.root, filepath.FromSlash(dir))

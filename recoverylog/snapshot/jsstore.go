@@ -121,7 +121,7 @@ func (s *JetStreamStore) wrap(op, name string, err error) error {
 
 // Put implements Store.
 func (s *JetStreamStore) Put(ctx context.Context, name string, r io.Reader, size int64) error {
-	if err := ValidName(name); err != nil {
+	if err := validName(name); err != nil {
 		return err
 	}
 	_, err := s.obs.Put(ctx, jetstream.ObjectMeta{Name: name}, &exactReader{r: r, left: size, name: name})
@@ -134,7 +134,7 @@ func (s *JetStreamStore) Put(ctx context.Context, name string, r io.Reader, size
 // Get implements Store. Reading the object to its end verifies the object
 // store's own digest (a mismatch is a read error).
 func (s *JetStreamStore) Get(ctx context.Context, name string) (io.ReadCloser, error) {
-	if err := ValidName(name); err != nil {
+	if err := validName(name); err != nil {
 		return nil, err
 	}
 	res, err := s.obs.Get(ctx, name)
@@ -146,7 +146,7 @@ func (s *JetStreamStore) Get(ctx context.Context, name string) (io.ReadCloser, e
 
 // Stat implements Store.
 func (s *JetStreamStore) Stat(ctx context.Context, name string) (ObjectInfo, error) {
-	if err := ValidName(name); err != nil {
+	if err := validName(name); err != nil {
 		return ObjectInfo{}, err
 	}
 	info, err := s.obs.GetInfo(ctx, name)
@@ -177,7 +177,7 @@ func (s *JetStreamStore) List(ctx context.Context, prefix string) ([]ObjectInfo,
 
 // Delete implements Store.
 func (s *JetStreamStore) Delete(ctx context.Context, name string) error {
-	if err := ValidName(name); err != nil {
+	if err := validName(name); err != nil {
 		return err
 	}
 	err := s.obs.Delete(ctx, name)

@@ -18,8 +18,8 @@ import (
 	"github.com/consumerd/consumerd/wal/message"
 )
 
-// ManifestVersion is the manifest format this package writes.
-const ManifestVersion = 1
+// manifestVersion is the manifest format this package writes.
+const manifestVersion = 1
 
 // ErrBadManifest is wrapped when a manifest cannot be decoded or is
 // inconsistent.
@@ -34,30 +34,30 @@ var ErrBadManifest = errors.New("snapshot: bad manifest")
 // A snapshot id is "<log id covered, 20 digits>-<term, 20 digits>-<8 hex random>",
 // so ids sort by the log position they cover.
 
-// ManifestsPrefix is the prefix of a shard's manifest objects.
-func ManifestsPrefix(shard string) string { return shard + "/manifests/" }
+// manifestsPrefix is the prefix of a shard's manifest objects.
+func manifestsPrefix(shard string) string { return shard + "/manifests/" }
 
 // ManifestName is the object name of snapshot id's manifest.
-func ManifestName(shard, id string) string { return ManifestsPrefix(shard) + id + ".json" }
+func ManifestName(shard, id string) string { return manifestsPrefix(shard) + id + ".json" }
 
-// SSTPrefix is the prefix of a shard's SST objects.
-func SSTPrefix(shard string) string { return shard + "/sst/" }
+// sstPrefix is the prefix of a shard's SST objects.
+func sstPrefix(shard string) string { return shard + "/sst/" }
 
-// SSTObject is the object name of an SST file with the given SHA-256 (hex).
-func SSTObject(shard, sum string) string { return SSTPrefix(shard) + sum + ".sst" }
+// sstObject is the object name of an SST file with the given SHA-256 (hex).
+func sstObject(shard, sum string) string { return sstPrefix(shard) + sum + ".sst" }
 
 // FilesPrefix is the prefix of snapshot id's non-SST files.
 func FilesPrefix(shard, id string) string { return shard + "/files/" + id + "/" }
 
-// NewID returns a fresh snapshot id for a snapshot covering logID under term.
-func NewID(logID message.MessageID, term uint64) string {
+// newID returns a fresh snapshot id for a snapshot covering logID under term.
+func newID(logID message.MessageID, term uint64) string {
 	var r [4]byte
 	_, _ = rand.Read(r[:])
 	return fmt.Sprintf("%020d-%020d-%s", uint64(logID), term, hex.EncodeToString(r[:]))
 }
 
-// ParseID returns the log id a snapshot id covers.
-func ParseID(id string) (message.MessageID, error) {
+// parseID returns the log id a snapshot id covers.
+func parseID(id string) (message.MessageID, error) {
 	parts := strings.Split(id, "-")
 	if len(parts) != 3 || len(parts[0]) != 20 || len(parts[1]) != 20 || len(parts[2]) != 8 {
 		return 0, fmt.Errorf("%w: snapshot id %q is not <20 digits>-<20 digits>-<8 hex>", ErrBadManifest, id)
@@ -71,7 +71,7 @@ func ParseID(id string) (message.MessageID, error) {
 
 // idFromManifestName extracts the id of a manifest object name, or "".
 func idFromManifestName(shard, name string) string {
-	rest, ok := strings.CutPrefix(name, ManifestsPrefix(shard))
+	rest, ok := strings.CutPrefix(name, manifestsPrefix(shard))
 	if !ok {
 		return ""
 	}
@@ -79,7 +79,7 @@ func idFromManifestName(shard, name string) string {
 	if !ok || strings.Contains(id, "/") {
 		return ""
 	}
-	if _, err := ParseID(id); err != nil {
+	if _, err := parseID(id); err != nil {
 		return ""
 	}
 	return id
@@ -105,8 +105,8 @@ type Position struct {
 	Term     uint64 `json:"term"`
 }
 
-// FromPosition converts a recoverylog.Position.
-func FromPosition(p recoverylog.Position) Position {
+// fromPosition converts a recoverylog.Position.
+func fromPosition(p recoverylog.Position) Position {
 	return Position{Seq: p.Seq, Checksum: p.Checksum, LogID: uint64(p.LogID), Term: p.Term}
 }
 
@@ -150,13 +150,13 @@ func (m *Manifest) Validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w %s: %s", ErrBadManifest, m.ID, fmt.Sprintf(format, args...))
 	}
-	if m.Version != ManifestVersion {
-		return bad("version %d, want %d", m.Version, ManifestVersion)
+	if m.Version != manifestVersion {
+		return bad("version %d, want %d", m.Version, manifestVersion)
 	}
 	if m.Shard == "" || strings.ContainsAny(m.Shard, "/\\") {
 		return bad("shard %q is empty or contains a slash", m.Shard)
 	}
-	covers, err := ParseID(m.ID)
+	covers, err := parseID(m.ID)
 	if err != nil {
 		return err
 	}
@@ -176,7 +176,7 @@ func (m *Manifest) Validate() error {
 			return bad("files[%d].name %q repeats", i, f.Name)
 		}
 		seen[f.Name] = true
-		if err := ValidName(f.Object); err != nil || !strings.HasPrefix(f.Object, m.Shard+"/") {
+		if err := validName(f.Object); err != nil || !strings.HasPrefix(f.Object, m.Shard+"/") {
 			return bad("files[%d].object %q is not an object of shard %s", i, f.Object, m.Shard)
 		}
 		if f.Size < 0 {
@@ -251,7 +251,7 @@ type manifestRef struct {
 // listManifests lists a shard's manifests, newest (highest covered log
 // id, then id) first. Objects whose names do not parse are ignored.
 func listManifests(ctx context.Context, st Store, shard string) ([]manifestRef, error) {
-	objs, err := st.List(ctx, ManifestsPrefix(shard))
+	objs, err := st.List(ctx, manifestsPrefix(shard))
 	if err != nil {
 		return nil, err
 	}
@@ -261,7 +261,7 @@ func listManifests(ctx context.Context, st Store, shard string) ([]manifestRef, 
 		if id == "" {
 			continue
 		}
-		c, _ := ParseID(id)
+		c, _ := parseID(id)
 		out = append(out, manifestRef{ID: id, Name: o.Name, Covers: c})
 	}
 	sort.Slice(out, func(i, j int) bool {

@@ -111,7 +111,7 @@ func (s *Snapshotter) retain(ctx context.Context, ptr Pointer, log wal.WAL) (Ret
 		if remaining[id] {
 			continue
 		}
-		covers, err := ParseID(id)
+		covers, err := parseID(id)
 		if err != nil || covers > oldest {
 			continue // not ours, or possibly a snapshot in progress elsewhere
 		}
@@ -135,7 +135,7 @@ func (s *Snapshotter) retain(ctx context.Context, ptr Pointer, log wal.WAL) (Ret
 			named[f.Object] = true
 		}
 	}
-	ssts, err := st.List(ctx, SSTPrefix(shard))
+	ssts, err := st.List(ctx, sstPrefix(shard))
 	if err != nil {
 		return res, fmt.Errorf("snapshot: shard %s: list SSTs: %w", shard, err)
 	}

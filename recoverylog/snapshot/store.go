@@ -23,7 +23,8 @@ type ObjectInfo struct {
 
 // Store keeps snapshot objects (SST files, the small non-SST files of each
 // checkpoint, and manifests) by name. Names are slash-separated relative
-// paths of non-empty elements, none of them "." or ".." (see ValidName).
+// paths of non-empty elements, none of them "." or "..", without backslash
+// or NUL, at most 1024 bytes; DirStore and JetStreamStore reject others.
 //
 // Contract, which every implementation must keep (the package tests run
 // each store through the same suite):
@@ -52,10 +53,10 @@ type Store interface {
 	Delete(ctx context.Context, name string) error
 }
 
-// ValidName checks an object name: non-empty, slash-separated elements
+// validName checks an object name: non-empty, slash-separated elements
 // without empty, "." or ".." elements, no leading or trailing slash, no
 // backslash or NUL, at most 1024 bytes.
-func ValidName(name string) error {
+func validName(name string) error {
 	if name == "" {
 		return errors.New("snapshot: object name is empty")
 	}

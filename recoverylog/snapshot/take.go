@@ -205,10 +205,10 @@ func (s *Snapshotter) Take(ctx context.Context, src Source) (res *Result, err er
 		return nil, err
 	}
 
-	id := NewID(pos.LogID, src.Term)
+	id := newID(pos.LogID, src.Term)
 	m := &Manifest{
-		Version: ManifestVersion, Shard: shard, ID: id, Term: src.Term,
-		LogID: uint64(pos.LogID), Position: FromPosition(pos), Created: time.Now().UTC(),
+		Version: manifestVersion, Shard: shard, ID: id, Term: src.Term,
+		LogID: uint64(pos.LogID), Position: fromPosition(pos), Created: time.Now().UTC(),
 	}
 	res = &Result{Manifest: m}
 	for _, name := range files {
@@ -365,7 +365,7 @@ func (s *Snapshotter) uploadFile(ctx context.Context, dir, name, id string) (Fil
 	}
 	f := File{Name: name, Size: fi.Size(), SHA256: sum}
 	if isSST {
-		f.Object = SSTObject(shard, sum)
+		f.Object = sstObject(shard, sum)
 		oi, err := s.cfg.Store.Stat(ctx, f.Object)
 		if err == nil && oi.Size == f.Size {
 			return f, false, nil

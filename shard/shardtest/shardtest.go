@@ -112,7 +112,7 @@ func newCluster(t testing.TB, backend walimpls.OpenerBuilderImpls, apps ...shard
 		Apps:           map[string]shard.App{},
 		TxnMaxMessages: 5,
 		Logger: hclog.New(&hclog.LoggerOptions{
-			Name: t.Name(), Level: hclog.Warn, Output: TestWriter{t},
+			Name: t.Name(), Level: hclog.Warn, Output: testWriter{t},
 		}),
 	}
 	for _, a := range apps {
@@ -136,10 +136,10 @@ func newCluster(t testing.TB, backend walimpls.OpenerBuilderImpls, apps ...shard
 	return e
 }
 
-// TestWriter sends log output to the test log (dropped after the test).
-type TestWriter struct{ t testing.TB }
+// testWriter sends log output to the test log (dropped after the test).
+type testWriter struct{ t testing.TB }
 
-func (w TestWriter) Write(p []byte) (int, error) {
+func (w testWriter) Write(p []byte) (int, error) {
 	defer func() { _ = recover() }()
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
@@ -425,18 +425,18 @@ func DumpDB(t testing.TB, dir string) map[string]string {
 func HookedApp(name string, hook func(s shard.Shard, env topic.Envelope) error) shard.App {
 	app := wordcount.App()
 	app.Name = name
-	app.NewConsumer = func() shard.Consumer { return &HookedConsumer{hook: hook} }
+	app.NewConsumer = func() shard.Consumer { return &hookedConsumer{hook: hook} }
 	return app
 }
 
-// HookedConsumer is HookedApp's consumer.
-type HookedConsumer struct {
+// hookedConsumer is HookedApp's consumer.
+type hookedConsumer struct {
 	wordcount.Consumer
 	hook func(s shard.Shard, env topic.Envelope) error
 }
 
 // Consume counts the message, then runs the hook.
-func (c *HookedConsumer) Consume(s shard.Shard, env topic.Envelope, pub *topic.Publisher) error {
+func (c *hookedConsumer) Consume(s shard.Shard, env topic.Envelope, pub *topic.Publisher) error {
 	if err := c.Consumer.Consume(s, env, pub); err != nil {
 		return err
 	}

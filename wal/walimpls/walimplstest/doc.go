@@ -2,18 +2,23 @@
 // (walimpls) must pass: Run(t, newBuilder) runs subtests that each get a
 // builder on a fresh backend from newBuilder.
 //
-// It checks, with bounded waits (a stall fails, it never hangs): concurrent
-// appenders on parallel channels (every acknowledged append read back exactly
-// once, in id order, per-appender call order, key/payload/properties intact);
-// ids strictly increasing and never reused across opener close and rebuild;
-// distinct channel names kept apart; DeliverAll, DeliverLatest (nothing on an
-// idle channel), DeliverStartFrom (inclusive), DeliverStartAfter (exclusive);
-// Truncate then reading a removed position fails with ErrTruncated (from Read
-// or the scanner's Error; never a silent skip); fencing by term (ErrFenced
-// for every later append of a lower term, across openers); scanners closed
-// early end promptly with ErrScannerClosed; closing a WAL stops its scanners;
-// appends after Close fail with ErrClosed; LastID; the optional Counter and
-// ChannelRemover.
+// Its waits are bounded, so a stall fails and never hangs: 10s for an
+// expected message or scanner stop, 2s for a scanner's Close, and 300ms of
+// watching a scanner that must deliver nothing (DeliverLatest on an idle
+// channel, or after the last message). A correct backend meets them with a
+// wide margin.
+//
+// It checks concurrent appenders on parallel channels (every acknowledged
+// append read back exactly once, in id order, per-appender call order,
+// key/payload/properties intact); ids strictly increasing and never reused
+// across opener close and rebuild; distinct channel names kept apart;
+// DeliverAll, DeliverLatest (nothing on an idle channel), DeliverStartFrom
+// (inclusive), DeliverStartAfter (exclusive); Truncate then reading a removed
+// position fails with ErrTruncated (from Read or the scanner's Error; never a
+// silent skip); fencing by term (ErrFenced for every later append of a lower
+// term, across openers); scanners closed early end promptly with
+// ErrScannerClosed; closing a WAL stops its scanners; appends after Close
+// fail with ErrClosed; LastID; the optional Counter and ChannelRemover.
 //
 // The Async section (async.go) checks walimpls.AsyncAppender with pipelined
 // appends: every callback exactly once, in any order; ids in call order for

@@ -14,16 +14,17 @@ import (
 	"github.com/consumerd/consumerd/wal/walimpls"
 )
 
-// Bounds of the suite's waits. They bound how long a broken backend can stall
-// a test; a correct backend meets them with a wide margin.
+// Bounds of the suite's waits (the package doc states them for backend
+// authors). They bound how long a broken backend can stall a test; a correct
+// backend meets them with a wide margin.
 const (
-	// ReceiveTimeout bounds waiting for an expected message or scanner stop.
-	ReceiveTimeout = 10 * time.Second
-	// QuietPeriod is how long the suite watches a scanner that must deliver
+	// receiveTimeout bounds waiting for an expected message or scanner stop.
+	receiveTimeout = 10 * time.Second
+	// quietPeriod is how long the suite watches a scanner that must deliver
 	// nothing (DeliverLatest on an idle channel, or after the last message).
-	QuietPeriod = 300 * time.Millisecond
-	// CloseTimeout bounds Close of a scanner: it must end promptly.
-	CloseTimeout = 2 * time.Second
+	quietPeriod = 300 * time.Millisecond
+	// closeTimeout bounds Close of a scanner: it must end promptly.
+	closeTimeout = 2 * time.Second
 )
 
 // Run runs the conformance suite against a backend. newBuilder is called once
@@ -137,7 +138,7 @@ func read(t testing.TB, ctx context.Context, w walimpls.WALImpls, p walimpls.Del
 func receive(t testing.TB, s walimpls.ScannerImpls, n int) []message.ImmutableMessage {
 	t.Helper()
 	out := make([]message.ImmutableMessage, 0, n)
-	timer := time.NewTimer(ReceiveTimeout)
+	timer := time.NewTimer(receiveTimeout)
 	defer timer.Stop()
 	for len(out) < n {
 		select {
@@ -151,16 +152,16 @@ func receive(t testing.TB, s walimpls.ScannerImpls, n int) []message.ImmutableMe
 			}
 			out = append(out, m)
 		case <-timer.C:
-			t.Fatalf("scanner stalled: %d of %d messages within %v", len(out), n, ReceiveTimeout)
+			t.Fatalf("scanner stalled: %d of %d messages within %v", len(out), n, receiveTimeout)
 		}
 	}
 	return out
 }
 
-// expectQuiet fails if the scanner delivers anything or stops within QuietPeriod.
+// expectQuiet fails if the scanner delivers anything or stops within quietPeriod.
 func expectQuiet(t testing.TB, s walimpls.ScannerImpls) {
 	t.Helper()
-	timer := time.NewTimer(QuietPeriod)
+	timer := time.NewTimer(quietPeriod)
 	defer timer.Stop()
 	select {
 	case m, ok := <-s.Chan():
@@ -280,7 +281,7 @@ func testConcurrentAppenders(t testing.TB, b walimpls.OpenerBuilderImpls) {
 			seen := make(map[message.MessageID]bool)
 			nextSeq := make([]int, appenders)
 			var prev message.MessageID
-			timer := time.NewTimer(ReceiveTimeout)
+			timer := time.NewTimer(receiveTimeout)
 			defer timer.Stop()
 			for len(seen) < len(acked) {
 				select {
@@ -477,7 +478,7 @@ func expectTruncated(t testing.TB, ctx context.Context, w walimpls.WALImpls, p w
 		return
 	}
 	defer s.Close()
-	timer := time.NewTimer(ReceiveTimeout)
+	timer := time.NewTimer(receiveTimeout)
 	defer timer.Stop()
 	select {
 	case m, ok := <-s.Chan():
@@ -485,9 +486,9 @@ func expectTruncated(t testing.TB, ctx context.Context, w walimpls.WALImpls, p w
 			t.Fatalf("Read at truncated %+v delivered id %d (%q): a silent skip", p, m.ID, m.Payload)
 		}
 	case <-timer.C:
-		t.Fatalf("Read at truncated %+v: scanner neither failed nor delivered within %v (a stall)", p, ReceiveTimeout)
+		t.Fatalf("Read at truncated %+v: scanner neither failed nor delivered within %v (a stall)", p, receiveTimeout)
 	}
-	if err := waitStopped(t, s, CloseTimeout); !errors.Is(err, walimpls.ErrTruncated) {
+	if err := waitStopped(t, s, closeTimeout); !errors.Is(err, walimpls.ErrTruncated) {
 		t.Fatalf("scanner at truncated %+v stopped with %v, want an error wrapping ErrTruncated", p, err)
 	}
 }
@@ -640,10 +641,10 @@ func testScannerCloseEarly(t testing.TB, b walimpls.OpenerBuilderImpls) {
 		}()
 		select {
 		case <-closed:
-		case <-time.After(CloseTimeout):
-			t.Fatalf("%s: scanner Close did not return within %v", c.name, CloseTimeout)
+		case <-time.After(closeTimeout):
+			t.Fatalf("%s: scanner Close did not return within %v", c.name, closeTimeout)
 		}
-		if err := waitStopped(t, s, CloseTimeout); !errors.Is(err, walimpls.ErrScannerClosed) {
+		if err := waitStopped(t, s, closeTimeout); !errors.Is(err, walimpls.ErrScannerClosed) {
 			t.Fatalf("%s: Error after Close = %v, want ErrScannerClosed", c.name, err)
 		}
 		if err := s.Close(); err != nil {
@@ -666,10 +667,10 @@ func testWALCloseStopsScanners(t testing.TB, b walimpls.OpenerBuilderImpls) {
 	}()
 	select {
 	case <-closed:
-	case <-time.After(CloseTimeout):
-		t.Fatalf("WAL Close with an open scanner did not return within %v", CloseTimeout)
+	case <-time.After(closeTimeout):
+		t.Fatalf("WAL Close with an open scanner did not return within %v", closeTimeout)
 	}
-	if err := waitStopped(t, s, CloseTimeout); err == nil {
+	if err := waitStopped(t, s, closeTimeout); err == nil {
 		t.Fatalf("scanner of a closed WAL stopped with a nil Error")
 	}
 }
