@@ -14,9 +14,9 @@ import (
 	"github.com/consumerd/consumerd/internal/embednats"
 )
 
-// freePort returns a TCP port that was free a moment ago on 127.0.0.1
+// FreePort returns a TCP port that was free a moment ago on 127.0.0.1
 // (listen on port 0, note the port, close).
-func freePort(t testing.TB) int {
+func FreePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -36,7 +36,7 @@ func StartCluster(t testing.TB, n int) string {
 	routePorts := make([]int, n)
 	routes := make([]string, n)
 	for i := range routePorts {
-		routePorts[i] = freePort(t)
+		routePorts[i] = FreePort(t)
 		routes[i] = fmt.Sprintf("nats-route://127.0.0.1:%d", routePorts[i])
 	}
 	name := fmt.Sprintf("natstest-%d", routePorts[0])

@@ -75,14 +75,6 @@ func newWAL(o *opener, n names, st jetstream.Stream, term uint64) *walImpl {
 	}
 }
 
-func (w *walImpl) killed() bool {
-	select {
-	case <-w.kill:
-		return true
-	default:
-		return false
-	}
-}
 
 // WALName is "jetstream".
 func (w *walImpl) WALName() string { return BackendName }
