@@ -330,6 +330,7 @@ func (s *server) runSession(ctx context.Context) error {
 		Opener:  s.opener,
 		DataDir: s.cfg.DataDir, // databases at <data-dir>/shards/<shard>/
 		Apps:    s.apps,
+		Topics:  shard.EtcdTopics(s.client, s.cfg.EtcdPrefix),
 		Logger:  s.log,
 		// Snapshots bound recovery: restore, snapshot, truncate the log.
 		Snapshots: s.snapshots,

@@ -60,19 +60,15 @@ func loadTopics(ctx context.Context, cli *clientv3.Client, root string) (topicSe
 // getTopic reads one topic record; an unknown topic is an error naming the
 // topics there are and how to create it.
 func getTopic(ctx context.Context, cli *clientv3.Client, root, name string) (topic.Description, error) {
-	resp, err := cli.Get(ctx, topic.Key(root, name))
-	if err != nil {
-		return topic.Description{}, fmt.Errorf("reading topic %s from etcd: %w", name, err)
-	}
-	if len(resp.Kvs) == 0 {
-		ts, err := loadTopics(ctx, cli, root)
+	d, err := shard.EtcdTopics(cli, root)(ctx, name)
+	if errors.Is(err, shard.ErrTopicNotFound) {
 		known := "-"
-		if err == nil && len(ts.byName) > 0 {
+		if ts, lerr := loadTopics(ctx, cli, root); lerr == nil && len(ts.byName) > 0 {
 			known = strings.Join(ts.names(), ", ")
 		}
 		return topic.Description{}, fmt.Errorf("topic %q does not exist (topics: %s); create it with 'consumerd topics create --name %s --partitions N'", name, known, name)
 	}
-	return topic.DecodeRecord(root, string(resp.Kvs[0].Key), resp.Kvs[0].Value)
+	return d, err
 }
 
 // errTopicChange refuses a different partition count for an existing topic.

@@ -22,8 +22,8 @@ type rewriter struct{}
 
 var _ Filterer = rewriter{}
 
-func (rewriter) Consume(Shard, topic.Envelope, *topic.Publisher) error { return nil }
-func (rewriter) Flush(Shard, *topic.Publisher) error                   { return nil }
+func (rewriter) Consume(Shard, topic.Envelope, Publisher) error { return nil }
+func (rewriter) Flush(Shard, Publisher) error                   { return nil }
 
 func (rewriter) Filter(_ int, key, val []byte) (bool, []byte) {
 	switch {

@@ -6,6 +6,7 @@ import (
 	"github.com/linxGnu/grocksdb"
 
 	"github.com/consumerd/consumerd/topic"
+	"github.com/consumerd/consumerd/wal/message"
 )
 
 // Shard is the application's view of one running shard primary. It is valid
@@ -77,14 +78,37 @@ type Shard interface {
 // (state FAILED, with the error text in etcd): nothing of the open
 // transaction is committed, and other shards keep running. A panic is
 // recovered and treated as an error. Messages published through pub are
-// at-least-once: they may be published again if the transaction fails.
+// part of the transaction: exactly once (see Publisher).
 type Consumer interface {
 	// Consume applies one message to the open transaction.
-	Consume(s Shard, env topic.Envelope, pub *topic.Publisher) error
+	Consume(s Shard, env topic.Envelope, pub Publisher) error
 	// Flush writes whatever the transaction still holds in the cache to
 	// s.Transaction(). It is called once per transaction, before commit. The
 	// Cache survives Flush; clear what the next transaction must not see.
-	Flush(s Shard, pub *topic.Publisher) error
+	Flush(s Shard, pub Publisher) error
+}
+
+// Publisher stages an application's output messages in the open
+// transaction. A staged message is written to the transaction's batch (an
+// outbox row, committed with the state and the source offsets) and costs no
+// network I/O; once the commit is durable the shard publishes the
+// transaction's outputs, in transaction order and, per partition, in the
+// order staged, as one atomic batch per (transaction, output partition),
+// chained so that it lands exactly once — also when a zombie primary races
+// its successor, or a primary restarts — and a reader needs no dedupe
+// logic. Outputs become visible only after their transaction committed,
+// shortly after. An error (an unknown topic, a partition out of range)
+// should be returned by the app: it fails the shard.
+//
+// The message is copied: the caller may reuse its buffers. The at-least-once
+// topic.Publisher (for tools such as `consumerd publish`) stays available
+// outside transactions.
+type Publisher interface {
+	// Publish stages msg for partition topic.PartitionFor(msg.Key, N) of
+	// topicName, N being the topic's partition count (its record in etcd).
+	Publish(topicName string, msg message.MutableMessage) error
+	// PublishTo stages msg for an explicit partition.
+	PublishTo(part topic.Partition, msg message.MutableMessage) error
 }
 
 // Filterer is optionally implemented by a Consumer to drop or rewrite keys

@@ -37,4 +37,8 @@ var (
 		Name: "consumerd_shard_failures_total",
 		Help: "Shard replicas that stopped in state FAILED.",
 	}, []string{"shard"})
+	metricOutputsPublished = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "consumerd_shard_outputs_published_total",
+		Help: "Output messages of committed transactions published (exactly once) by this process's primaries.",
+	}, []string{"shard"})
 )

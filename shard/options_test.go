@@ -56,7 +56,7 @@ func (mergeCounter) Filter(_ int, key, _ []byte) (bool, []byte) {
 	return strings.HasPrefix(string(key), "tmp/"), nil
 }
 
-func (mergeCounter) Consume(s shard.Shard, env topic.Envelope, _ *topic.Publisher) error {
+func (mergeCounter) Consume(s shard.Shard, env topic.Envelope, _ shard.Publisher) error {
 	one := binary.LittleEndian.AppendUint64(nil, 1)
 	for _, tok := range strings.Fields(string(env.Message.Payload)) {
 		s.Transaction().Merge([]byte("m/"+tok), one)
@@ -65,7 +65,7 @@ func (mergeCounter) Consume(s shard.Shard, env topic.Envelope, _ *topic.Publishe
 	return nil
 }
 
-func (mergeCounter) Flush(shard.Shard, *topic.Publisher) error { return nil }
+func (mergeCounter) Flush(shard.Shard, shard.Publisher) error { return nil }
 
 // everythingFilter would drop every key: consumerd's own keys must survive.
 type everythingFilter struct{ mergeCounter }

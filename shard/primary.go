@@ -123,9 +123,29 @@ func (r *replica) runPrimary(ctx context.Context, sdb *shardDB, consumer Consume
 		r.dbMu.Unlock()
 	}()
 
+	// Outputs: what earlier primaries committed is published first, then
+	// what this one commits (drain.go).
+	ob, err := loadOutboxState(sdb.db, sdb.ro)
+	if err != nil {
+		return err
+	}
+	pending, err := pendingOutputs(sdb.db, sdb.ro, ob.published, ob.epoch)
+	if err != nil {
+		return err
+	}
+	pub := &txnPublisher{sh: sh, topics: &topicCache{lookup: r.svc.cfg.Topics}, st: ob}
+	drain := newDrainer(spec.ID, ob.epoch, r.svc.cfg.Opener, ob.published, r.logger)
+	drainCtx, stopDrain := context.WithCancel(ctx)
+	go drain.run(drainCtx, pending) // owned here: stopped below
+	defer func() { stopDrain(); <-drain.done }()
+	if len(pending) > 0 {
+		r.logger.Info("publishing outputs committed by an earlier primary", "transactions", len(pending),
+			"from_txn", pending[0].txn, "to_txn", pending[len(pending)-1].txn)
+	}
+
 	r.setState(ctx, allocator.StatePrimary, "")
 	loop := &txnLoop{
-		r: r, sh: sh, consumer: consumer, rec: rec, pub: r.svc.pub,
+		r: r, sh: sh, consumer: consumer, rec: rec, pub: pub, drain: drain, recorded: ob.published,
 		in: in, stopped: stopped, lag: lt,
 		maxBytes: r.svc.cfg.TxnMaxBytes, maxMessages: r.svc.cfg.TxnMaxMessages,
 	}

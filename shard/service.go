@@ -42,9 +42,10 @@ type Config struct {
 	DataDir string
 	// Apps are the registered applications by name (App.Name).
 	Apps map[string]App
-	// Publisher is handed to Consume and Flush for output topics. Nil: the
-	// service makes one on Opener and closes it when Run returns.
-	Publisher *topic.Publisher
+	// Topics looks an output topic up (its partition count) for the apps'
+	// Publisher.Publish and PublishTo; each primary asks once per topic.
+	// The daemon reads the topic records in etcd. Nil: publishing fails.
+	Topics func(ctx context.Context, name string) (topic.Description, error)
 	// TxnMaxBytes and TxnMaxMessages cap a transaction's input (zero:
 	// DefaultTxnMaxBytes, DefaultTxnMaxMessages).
 	TxnMaxBytes    int
@@ -84,7 +85,6 @@ type ReplicaInfo struct {
 type Service struct {
 	cfg    Config
 	logger hclog.Logger
-	pub    *topic.Publisher
 
 	mu       sync.Mutex
 	replicas map[string]*replica
@@ -127,11 +127,6 @@ func (s *Service) Run(ctx context.Context) error {
 		if name != app.Name {
 			return fmt.Errorf("shard service: app registered as %q is named %q", name, app.Name)
 		}
-	}
-	s.pub = s.cfg.Publisher
-	if s.pub == nil {
-		s.pub = topic.NewPublisher(s.cfg.Opener, s.logger)
-		defer s.pub.Close()
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer func() {

@@ -73,7 +73,7 @@ func TestPrimaryCountsAndRestartsFromLocalDB(t *testing.T) {
 // transactions still committing.
 type directCounter struct{}
 
-func (directCounter) Consume(s shard.Shard, env topic.Envelope, _ *topic.Publisher) error {
+func (directCounter) Consume(s shard.Shard, env topic.Envelope, _ shard.Publisher) error {
 	for _, tok := range strings.Fields(string(env.Message.Payload)) {
 		key := []byte(wordcount.KeyPrefix + tok)
 		v, err := s.Get(key)
@@ -91,7 +91,7 @@ func (directCounter) Consume(s shard.Shard, env topic.Envelope, _ *topic.Publish
 	return nil
 }
 
-func (directCounter) Flush(shard.Shard, *topic.Publisher) error { return nil }
+func (directCounter) Flush(shard.Shard, shard.Publisher) error { return nil }
 
 // TestGetReadsThroughPendingTransactions: with slow recovery-log appends,
 // the next transaction consumes while the previous commit is in flight;

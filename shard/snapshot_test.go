@@ -398,11 +398,15 @@ func (p *pausableOpener) Open(ctx context.Context, opt *walimpls.OpenOption) (wa
 	if err != nil {
 		return nil, err
 	}
-	return &pausableWAL{WALImpls: w, gate: p.gate}, nil
+	// Keep the backend's optional interfaces: the adaptor must take its
+	// production path (pipelined appends) and the outbox its batches.
+	return &pausableWAL{WALImpls: w, AsyncAppender: w.(walimpls.AsyncAppender), BatchAppender: w.(walimpls.BatchAppender), gate: p.gate}, nil
 }
 
 type pausableWAL struct {
 	walimpls.WALImpls
+	walimpls.AsyncAppender
+	walimpls.BatchAppender
 	gate *gate
 }
 

@@ -264,7 +264,6 @@ func decodeSpec(id string, raw []byte) (*Spec, error) {
 	return &s, nil
 }
 
-
 // sortSpecs orders specs by id.
 func sortSpecs(specs []*Spec) {
 	sort.Slice(specs, func(i, j int) bool { return specs[i].ID < specs[j].ID })

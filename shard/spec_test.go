@@ -126,7 +126,6 @@ func TestSpecPartition(t *testing.T) {
 	}
 }
 
-
 func TestAppSpecsFor(t *testing.T) {
 	app := App{Name: "wordcount", Topics: []string{"words"}, NewConsumer: func() Consumer { return nil }}
 	specs, err := app.SpecsFor(3, 1)

@@ -34,6 +34,7 @@ func (p txnPolicy) closeOnStall(elapsed time.Duration) bool { return elapsed >= 
 // pendingTxn is a transaction whose commit is in flight.
 type pendingTxn struct {
 	commit   *recoverylog.Commit
+	out      *outTxn // its outputs, for the drainer once applied (nil: none)
 	ov       *overlay
 	offsets  map[string]message.MessageID
 	opened   time.Time
@@ -47,7 +48,9 @@ type txnLoop struct {
 	sh          *primaryShard
 	consumer    Consumer
 	rec         *recoverylog.Recorder
-	pub         *topic.Publisher
+	pub         *txnPublisher
+	drain       *drainer
+	recorded    uint64 // the outbox-published the last commit recorded
 	in          <-chan inbound
 	stopped     <-chan *source // a source's scanner stopped
 	lag         *lagTracker
@@ -83,6 +86,11 @@ func (l *txnLoop) finishPrev() error {
 	l.sh.inflight = l.sh.inflight[1:]
 	if err != nil {
 		return fmt.Errorf("commit transaction: %w", err)
+	}
+	if p.out != nil {
+		if err := l.drain.enqueue(l.sh.ctx, p.out); err != nil {
+			return err
+		}
 	}
 	l.mTxns.Inc()
 	metricTxnDuration.Observe(time.Since(p.opened).Seconds())
@@ -120,6 +128,11 @@ func (l *txnLoop) run(ctx context.Context) error {
 			return ctx.Err()
 		case src := <-l.stopped:
 			return src.stopErr()
+		case <-l.drain.done:
+			if l.drain.err != nil {
+				return fmt.Errorf("publishing outputs: %w", l.drain.err)
+			}
+			return ctx.Err()
 		case <-l.prevDone():
 			if err := l.finishPrev(); err != nil {
 				return err
@@ -224,13 +237,18 @@ func (l *txnLoop) commit(ctx context.Context) error {
 	for ch, id := range l.offsets {
 		recoverylog.PutOffset(batch, ch, id)
 	}
+	out := l.pub.seal(batch)
+	if p := l.drain.published.Load(); p > l.recorded {
+		recordPublished(batch, p)
+		l.recorded = p
+	}
 	ov := l.sh.open
 	if err := ov.update(batch.Data()); err != nil {
 		return fmt.Errorf("index transaction batch: %w", err)
 	}
 	// The recorder copies the batch: it is reused for the next transaction.
 	c := l.rec.Commit(ctx, batch)
-	l.prev = &pendingTxn{commit: c, ov: ov, offsets: l.offsets, opened: l.opened, messages: l.messages}
+	l.prev = &pendingTxn{commit: c, out: out, ov: ov, offsets: l.offsets, opened: l.opened, messages: l.messages}
 	l.sh.inflight = append(l.sh.inflight, ov)
 	batch.Clear()
 	l.sh.open = newOverlay()

@@ -22,7 +22,7 @@ import (
 // commits with the read offsets, exactly once.
 type firstWords struct{}
 
-func (firstWords) Consume(s shard.Shard, env topic.Envelope, _ *topic.Publisher) error {
+func (firstWords) Consume(s shard.Shard, env topic.Envelope, _ shard.Publisher) error {
 	f := strings.Fields(string(env.Message.Payload))
 	if len(f) == 0 {
 		return nil
@@ -49,7 +49,7 @@ func (firstWords) Consume(s shard.Shard, env topic.Envelope, _ *topic.Publisher)
 	return nil
 }
 
-func (firstWords) Flush(s shard.Shard, _ *topic.Publisher) error {
+func (firstWords) Flush(s shard.Shard, _ shard.Publisher) error {
 	counts, _ := s.Cache().(map[string]int64)
 	for w, n := range counts {
 		s.Transaction().Put([]byte("w/"+w), []byte(fmt.Sprint(n)))

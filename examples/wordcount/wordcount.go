@@ -2,12 +2,10 @@ package wordcount
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/topic"
@@ -24,8 +22,6 @@ const (
 	OutputTopic = "counts"
 	// KeyPrefix prefixes a token's key in the shard database.
 	KeyPrefix = "w/"
-	// publishParallelism bounds the output appends Flush keeps in flight.
-	publishParallelism = 64
 )
 
 // App returns the wordcount application for registration with a daemon.
@@ -53,7 +49,7 @@ type counts map[string]int64
 var _ shard.Consumer = (*Consumer)(nil)
 
 // Consume counts every whitespace-separated token of the message payload.
-func (c *Consumer) Consume(s shard.Shard, env topic.Envelope, _ *topic.Publisher) error {
+func (c *Consumer) Consume(s shard.Shard, env topic.Envelope, _ shard.Publisher) error {
 	cache, _ := s.Cache().(counts)
 	if cache == nil {
 		cache = make(counts)
@@ -76,8 +72,9 @@ func (c *Consumer) Consume(s shard.Shard, env topic.Envelope, _ *topic.Publisher
 }
 
 // Flush writes the touched counts to the transaction, publishes them to the
-// output topic at the shard's partition, and empties the cache.
-func (c *Consumer) Flush(s shard.Shard, pub *topic.Publisher) error {
+// output topic at the shard's partition (staged in the transaction: exactly
+// once), and empties the cache.
+func (c *Consumer) Flush(s shard.Shard, pub shard.Publisher) error {
 	cache, _ := s.Cache().(counts)
 	if len(cache) == 0 {
 		return nil
@@ -91,9 +88,10 @@ func (c *Consumer) Flush(s shard.Shard, pub *topic.Publisher) error {
 	for _, tok := range tokens {
 		txn.Put([]byte(KeyPrefix+tok), []byte(strconv.FormatInt(cache[tok], 10)))
 	}
-	if pub != nil {
-		if err := publish(s.Context(), pub, topic.Partition{Topic: OutputTopic, Index: outputPartition(s)}, tokens, cache); err != nil {
-			return err
+	part := topic.Partition{Topic: OutputTopic, Index: outputPartition(s)}
+	for _, tok := range tokens {
+		if err := pub.PublishTo(part, message.MutableMessage{Key: tok, Payload: []byte(strconv.FormatInt(cache[tok], 10))}); err != nil {
+			return fmt.Errorf("publish count of %q: %w", tok, err)
 		}
 	}
 	s.SetCache(make(counts, len(cache)))
@@ -115,36 +113,6 @@ func outputPartition(s shard.Shard) int {
 		}
 	}
 	return p
-}
-
-// publish appends each token's count to part, a bounded number in flight.
-func publish(ctx context.Context, pub *topic.Publisher, part topic.Partition, tokens []string, cache counts) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		firstErr error
-		sem      = make(chan struct{}, publishParallelism)
-	)
-	for _, tok := range tokens {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func(tok string, n int64) {
-			defer func() { <-sem; wg.Done() }()
-			_, err := pub.PublishTo(ctx, part, message.MutableMessage{Key: tok, Payload: []byte(strconv.FormatInt(n, 10))})
-			if err != nil {
-				mu.Lock()
-				if firstErr == nil {
-					firstErr = fmt.Errorf("publish count of %q to %s: %w", tok, part.Channel(), err)
-					cancel()
-				}
-				mu.Unlock()
-			}
-		}(tok, cache[tok])
-	}
-	wg.Wait()
-	return firstErr
 }
 
 func decodeCount(v []byte) (int64, error) {

@@ -133,7 +133,25 @@ func newCluster(t testing.TB, backend walimpls.OpenerBuilderImpls, apps ...shard
 		e.Pub.Close()
 		op.Close()
 	})
+	// Every app's topics exist, as `topics create` would make them.
+	for _, a := range apps {
+		for _, name := range append(append([]string{}, a.Topics...), a.Outputs...) {
+			e.PutTopic(topic.Description{Name: name, Partitions: DefaultPartitions})
+		}
+	}
 	return e
+}
+
+// DefaultPartitions is the partition count of the topics a cluster creates
+// for its apps.
+const DefaultPartitions = 16
+
+// PutTopic writes a topic record.
+func (e *Cluster) PutTopic(d topic.Description) {
+	e.t.Helper()
+	if _, err := e.Client.Put(context.Background(), topic.Key(e.Prefix, d.Name), string(d.Encode())); err != nil {
+		e.t.Fatalf("put topic %s: %v", d.Name, err)
+	}
 }
 
 // testWriter sends log output to the test log (dropped after the test).
@@ -190,7 +208,7 @@ func (e *Cluster) StartNodeApps(id, dir string, apps map[string]shard.App) *Node
 	}
 	n := &Node{e: e, ID: id, Dir: dir, Member: m, opener: op}
 	n.Service = shard.NewService(shard.Config{
-		Member: m, Opener: op, DataDir: dir, Apps: apps,
+		Member: m, Opener: op, DataDir: dir, Apps: apps, Topics: shard.EtcdTopics(e.Client, e.Prefix),
 		TxnMaxMessages: e.TxnMaxMessages, LagInterval: 20 * time.Millisecond,
 		Logger: e.Logger.Named(id), Snapshots: e.Snapshots,
 	})
@@ -436,7 +454,7 @@ type hookedConsumer struct {
 }
 
 // Consume counts the message, then runs the hook.
-func (c *hookedConsumer) Consume(s shard.Shard, env topic.Envelope, pub *topic.Publisher) error {
+func (c *hookedConsumer) Consume(s shard.Shard, env topic.Envelope, pub shard.Publisher) error {
 	if err := c.Consumer.Consume(s, env, pub); err != nil {
 		return err
 	}

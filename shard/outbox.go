@@ -1,0 +1,295 @@
+package shard
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/linxGnu/grocksdb"
+
+	"github.com/consumerd/consumerd/topic"
+	"github.com/consumerd/consumerd/wal/message"
+)
+
+// The outbox: exactly-once outputs.
+//
+// A message an app publishes in a transaction is a row of the transaction's
+// batch, committed with the state and the offsets:
+//
+//	\x00consumerd/outbox/<txn:016x>/<i:08x>  the message (encodeOutput)
+//	\x00consumerd/outbox-last                the last txn that staged outputs
+//	\x00consumerd/outbox-published           every txn up to this one is published
+//	\x00consumerd/outbox-epoch               the shard's outbox incarnation
+//
+// txn numbers the transactions that staged outputs, from 1, in commit
+// order; it is shard state (replayed by standbys, restored from snapshots),
+// so a zombie primary and its successor number the same committed
+// transaction alike. Once a commit is applied the drainer (drain.go)
+// publishes its rows; a later commit records outbox-published and deletes
+// the rows up to it.
+//
+// The marker chain of a shard on an output partition is "<shard>.<epoch>":
+// the epoch is random, made with the shard's first output, so a shard
+// re-created from nothing (its txn numbers starting over) never mistakes an
+// old incarnation's markers for its own.
+var (
+	outboxPrefix       = []byte("\x00consumerd/outbox/")
+	outboxLastKey      = []byte("\x00consumerd/outbox-last")
+	outboxPublishedKey = []byte("\x00consumerd/outbox-published")
+	outboxEpochKey     = []byte("\x00consumerd/outbox-epoch")
+)
+
+func outboxKey(txn uint64, i int) []byte {
+	return fmt.Appendf(append(make([]byte, 0, len(outboxPrefix)+26), outboxPrefix...), "%016x/%08x", txn, i)
+}
+
+// outboxTxnStart is the first key of txn's rows (DeleteRange bounds).
+func outboxTxnStart(txn uint64) []byte {
+	return fmt.Appendf(append([]byte(nil), outboxPrefix...), "%016x/", txn)
+}
+
+// parseOutboxKey returns the txn and index of an outbox row key.
+func parseOutboxKey(k []byte) (txn uint64, i int, err error) {
+	rest, ok := strings.CutPrefix(string(k), string(outboxPrefix))
+	t, n, ok2 := strings.Cut(rest, "/")
+	if !ok || !ok2 || len(t) != 16 || len(n) != 8 {
+		return 0, 0, fmt.Errorf("outbox row key %q: want <txn:016x>/<i:08x>", k)
+	}
+	if txn, err = strconv.ParseUint(t, 16, 64); err != nil {
+		return 0, 0, fmt.Errorf("outbox row key %q: %w", k, err)
+	}
+	idx, err := strconv.ParseUint(n, 16, 32)
+	return txn, int(idx), err
+}
+
+// output is one staged message for a partition channel.
+type output struct {
+	channel string
+	msg     message.MutableMessage
+}
+
+// encodeOutput is an outbox row's value: version 1, then uvarint-length
+// fields channel, key, payload, and the properties as pairs.
+func encodeOutput(o *output) []byte {
+	n := 1 + 5*binary.MaxVarintLen32 + len(o.channel) + len(o.msg.Key) + len(o.msg.Payload)
+	for k, v := range o.msg.Properties {
+		n += 2*binary.MaxVarintLen32 + len(k) + len(v)
+	}
+	b := make([]byte, 0, n)
+	b = append(b, 1)
+	put := func(s string) {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	put(o.channel)
+	put(o.msg.Key)
+	b = binary.AppendUvarint(b, uint64(len(o.msg.Payload)))
+	b = append(b, o.msg.Payload...)
+	b = binary.AppendUvarint(b, uint64(len(o.msg.Properties)))
+	for k, v := range o.msg.Properties {
+		put(k)
+		put(v)
+	}
+	return b
+}
+
+var errBadOutput = errors.New("shard: bad outbox row")
+
+func decodeOutput(b []byte) (output, error) {
+	if len(b) == 0 || b[0] != 1 {
+		return output{}, fmt.Errorf("%w: unknown version", errBadOutput)
+	}
+	b = b[1:]
+	field := func() (string, error) {
+		n, k := binary.Uvarint(b)
+		if k <= 0 || uint64(len(b)-k) < n {
+			return "", fmt.Errorf("%w: truncated", errBadOutput)
+		}
+		s := string(b[k : k+int(n)])
+		b = b[k+int(n):]
+		return s, nil
+	}
+	var o output
+	var err error
+	if o.channel, err = field(); err != nil {
+		return o, err
+	}
+	if o.msg.Key, err = field(); err != nil {
+		return o, err
+	}
+	payload, err := field()
+	if err != nil {
+		return o, err
+	}
+	o.msg.Payload = []byte(payload)
+	np, k := binary.Uvarint(b)
+	if k <= 0 {
+		return o, fmt.Errorf("%w: truncated", errBadOutput)
+	}
+	b = b[k:]
+	if np > 0 {
+		o.msg.Properties = make(map[string]string, np)
+	}
+	for range np {
+		key, err := field()
+		if err != nil {
+			return o, err
+		}
+		val, err := field()
+		if err != nil {
+			return o, err
+		}
+		o.msg.Properties[key] = val
+	}
+	if len(b) != 0 {
+		return o, fmt.Errorf("%w: %d trailing bytes", errBadOutput, len(b))
+	}
+	return o, nil
+}
+
+// outboxState is what the DB records of the outbox.
+type outboxState struct {
+	last, published uint64
+	epoch           string
+}
+
+func loadUint(db *grocksdb.DB, ro *grocksdb.ReadOptions, key []byte) (uint64, error) {
+	v, err := db.GetBytes(ro, key)
+	if err != nil || v == nil {
+		return 0, err
+	}
+	n, err := strconv.ParseUint(string(v), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %q is not a number: %w", key, v, err)
+	}
+	return n, nil
+}
+
+func loadOutboxState(db *grocksdb.DB, ro *grocksdb.ReadOptions) (outboxState, error) {
+	var st outboxState
+	var err error
+	if st.last, err = loadUint(db, ro, outboxLastKey); err != nil {
+		return st, fmt.Errorf("load outbox: %w", err)
+	}
+	if st.published, err = loadUint(db, ro, outboxPublishedKey); err != nil {
+		return st, fmt.Errorf("load outbox: %w", err)
+	}
+	epoch, err := db.GetBytes(ro, outboxEpochKey)
+	if err != nil {
+		return st, fmt.Errorf("load outbox: %w", err)
+	}
+	st.epoch = string(epoch)
+	return st, nil
+}
+
+func newEpoch() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
+}
+
+// txnPublisher is the Publisher a primary hands to Consume and Flush: it
+// stages outputs in the open transaction's batch.
+type txnPublisher struct {
+	sh     *primaryShard
+	topics *topicCache
+	st     outboxState // last: the last txn that staged (committed or in flight)
+
+	open    uint64 // the open transaction's txn number, 0 until it stages
+	staged  []output
+	newEpoc bool // the open transaction writes the epoch
+}
+
+var _ Publisher = (*txnPublisher)(nil)
+
+func (p *txnPublisher) Publish(topicName string, msg message.MutableMessage) error {
+	d, err := p.topics.get(p.sh.ctx, topicName)
+	if err != nil {
+		return fmt.Errorf("publish to topic %s: %w", topicName, err)
+	}
+	return p.stage(d, topic.Partition{Topic: topicName, Index: topic.PartitionFor(msg.Key, d.Partitions)}, msg)
+}
+
+func (p *txnPublisher) PublishTo(part topic.Partition, msg message.MutableMessage) error {
+	d, err := p.topics.get(p.sh.ctx, part.Topic)
+	if err != nil {
+		return fmt.Errorf("publish to %s: %w", part, err)
+	}
+	if part.Index < 0 || part.Index >= d.Partitions {
+		return fmt.Errorf("publish to %s: topic %s has partitions 0..%d", part, part.Topic, d.Partitions-1)
+	}
+	return p.stage(d, part, msg)
+}
+
+func (p *txnPublisher) stage(_ topic.Description, part topic.Partition, msg message.MutableMessage) error {
+	if p.open == 0 {
+		p.open = p.st.last + 1
+		if p.st.epoch == "" {
+			p.st.epoch, p.newEpoc = newEpoch(), true
+		}
+	}
+	o := output{channel: part.Channel(), msg: message.MutableMessage{Key: msg.Key, Payload: append([]byte(nil), msg.Payload...)}}
+	if len(msg.Properties) > 0 {
+		o.msg.Properties = make(map[string]string, len(msg.Properties))
+		for k, v := range msg.Properties {
+			o.msg.Properties[k] = v
+		}
+	}
+	p.sh.txn.Put(outboxKey(p.open, len(p.staged)), encodeOutput(&o))
+	p.staged = append(p.staged, o)
+	return nil
+}
+
+// seal finishes the open transaction's outbox before its commit: it records
+// the txn number (and a new epoch) in the batch and returns the staged
+// outputs (nil when none), ready for the drainer once the commit applied.
+func (p *txnPublisher) seal(batch *grocksdb.WriteBatch) *outTxn {
+	if p.open == 0 {
+		return nil
+	}
+	batch.Put(outboxLastKey, strconv.AppendUint(nil, p.open, 10))
+	if p.newEpoc {
+		batch.Put(outboxEpochKey, []byte(p.st.epoch))
+		p.newEpoc = false
+	}
+	t := &outTxn{txn: p.open, epoch: p.st.epoch, outputs: p.staged}
+	p.st.last, p.open, p.staged = p.open, 0, nil
+	return t
+}
+
+// recordPublished adds to batch that every txn up to published is out, and
+// deletes their rows.
+func recordPublished(batch *grocksdb.WriteBatch, published uint64) {
+	batch.Put(outboxPublishedKey, strconv.AppendUint(nil, published, 10))
+	batch.DeleteRange(outboxPrefix, outboxTxnStart(published+1))
+}
+
+// topicCache looks topics up once per primary: a topic's partition count
+// never changes.
+type topicCache struct {
+	lookup func(ctx context.Context, name string) (topic.Description, error)
+	known  map[string]topic.Description
+}
+
+func (c *topicCache) get(ctx context.Context, name string) (topic.Description, error) {
+	if d, ok := c.known[name]; ok {
+		return d, nil
+	}
+	if c.lookup == nil {
+		return topic.Description{}, errors.New("no topic lookup configured (shard.Config.Topics)")
+	}
+	d, err := c.lookup(ctx, name)
+	if err != nil {
+		return topic.Description{}, err
+	}
+	if c.known == nil {
+		c.known = map[string]topic.Description{}
+	}
+	c.known[name] = d
+	return d, nil
+}
