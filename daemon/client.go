@@ -27,6 +27,7 @@ type clientFlags struct {
 	etcdEndpoints []string
 	etcdPrefix    string
 	walURL        string
+	walNamespace  string
 	dialTimeout   time.Duration
 }
 
@@ -34,6 +35,7 @@ func (c *clientFlags) bind(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&c.etcdEndpoints, "etcd.endpoints", []string{"127.0.0.1:2379"}, "etcd endpoints, comma separated")
 	fs.StringVar(&c.etcdPrefix, "etcd.prefix", "/consumerd", "root of consumerd's keys in etcd")
 	fs.StringVar(&c.walURL, "wal.url", "nats://127.0.0.1:4222", "NATS URL(s) of the JetStream WAL, comma separated")
+	fs.StringVar(&c.walNamespace, "wal.namespace", "", walNamespaceUsage)
 	fs.DurationVar(&c.dialTimeout, "dial-timeout", 5*time.Second, "how long to try reaching etcd, NATS and members before giving up")
 }
 
@@ -43,6 +45,9 @@ func (c *clientFlags) validate() error {
 	}
 	if !strings.HasPrefix(c.etcdPrefix, "/") || strings.HasSuffix(c.etcdPrefix, "/") {
 		return usagef("--etcd.prefix: %q must start with '/' and not end with '/'", c.etcdPrefix)
+	}
+	if _, err := c.namespace(); err != nil {
+		return usageError{err}
 	}
 	if c.dialTimeout <= 0 {
 		return usagef("--dial-timeout: %s must be positive", c.dialTimeout)
@@ -102,9 +107,28 @@ func dialEtcdTimeout(ctx context.Context, endpoints []string, timeout time.Durat
 	return cli, nil
 }
 
-// openWAL connects to the NATS JetStream WAL at url.
-func openWAL(url string, replicas int, connectTimeout time.Duration, log hclog.Logger) (wal.Opener, error) {
-	b := jetstream.NewBuilder(jetstream.Config{URL: url, Replicas: replicas, ConnectTimeout: connectTimeout, Logger: log})
+// namespace is the cluster's WAL namespace (--wal.namespace, or derived
+// from --etcd.prefix).
+func (c *clientFlags) namespace() (string, error) {
+	return walNamespace(c.walNamespace, c.etcdPrefix)
+}
+
+// openWAL connects to the cluster's WAL: --wal.url, in its namespace.
+func (c *clientFlags) openWAL(log hclog.Logger) (wal.Opener, error) {
+	ns, err := c.namespace()
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return openWAL(c.walURL, ns, 1, c.dialTimeout, log)
+}
+
+// openWAL connects to the NATS JetStream WAL at url, in namespace (never
+// empty: the daemon always says which cluster it is).
+func openWAL(url, namespace string, replicas int, connectTimeout time.Duration, log hclog.Logger) (wal.Opener, error) {
+	if namespace == "" {
+		return nil, errors.New("opening the WAL: no namespace given")
+	}
+	b := jetstream.NewBuilder(jetstream.Config{URL: url, Namespace: namespace, Replicas: replicas, ConnectTimeout: connectTimeout, Logger: log})
 	op, err := wal.NewOpenerBuilder(b, wal.WithLogger(log)).Build()
 	if err != nil {
 		return nil, fmt.Errorf("cannot reach NATS JetStream at %s: %w", url, err)

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/consumerd/consumerd/internal/ident"
+	"github.com/consumerd/consumerd/wal/walimpls/jetstream"
 )
 
 // serveConfig is the configuration of `consumerd serve`, one field per flag.
@@ -21,6 +22,9 @@ type serveConfig struct {
 	EtcdPrefix    string
 	LeaseTTL      time.Duration
 	WALURL        string
+	// WALNamespace names this cluster's streams, subjects and snapshot
+	// bucket in NATS; empty derives it from EtcdPrefix (see walNamespace).
+	WALNamespace  string
 	WALSync       string
 	WALReplicas   int
 	MemberID      string
@@ -69,6 +73,7 @@ func (c *serveConfig) bindFlags(fs *pflag.FlagSet, defaultApp string) {
 	fs.StringVar(&c.EtcdPrefix, "etcd.prefix", "/consumerd", "root of consumerd's keys in etcd")
 	fs.DurationVar(&c.LeaseTTL, "etcd.lease-ttl", 10*time.Second, "member lease TTL: a member that stops renewing it loses its shards after this long")
 	fs.StringVar(&c.WALURL, "wal.url", "", "NATS URL(s) of the JetStream WAL, comma separated; empty starts an embedded nats-server with JetStream")
+	fs.StringVar(&c.WALNamespace, "wal.namespace", "", walNamespaceUsage)
 	fs.StringVar(&c.WALSync, "wal.sync", "default", "embedded JetStream fsync policy: 'always' fsyncs every append before acknowledging it (survives power loss, costs an fsync per append batch); 'default' fsyncs every 2 minutes (survives process crashes only)")
 	fs.IntVar(&c.WALReplicas, "wal.replicas", 1, "JetStream stream replicas for new channels (3 on a NATS cluster)")
 	fs.StringVar(&c.MemberID, "member.id", defaultMemberID(), "member id, unique within its zone ([A-Za-z0-9._-]+)")
@@ -108,6 +113,8 @@ func (c *serveConfig) Validate() error {
 	}
 	if !strings.HasPrefix(c.EtcdPrefix, "/") || strings.HasSuffix(c.EtcdPrefix, "/") {
 		bad("etcd.prefix", "%q must start with '/' and not end with '/'", c.EtcdPrefix)
+	} else if _, err := walNamespace(c.WALNamespace, c.EtcdPrefix); err != nil {
+		errs = append(errs, err)
 	}
 	if c.LeaseTTL < time.Second || c.LeaseTTL%time.Second != 0 {
 		bad("etcd.lease-ttl", "%s must be a whole number of seconds, at least 1s (etcd leases have second granularity)", c.LeaseTTL)
@@ -189,6 +196,26 @@ func (c *serveConfig) Validate() error {
 		msgs[i] = e.Error()
 	}
 	return errors.New(strings.Join(msgs, "; "))
+}
+
+// walNamespaceUsage is --wal.namespace's help, for serve and the clients.
+const walNamespaceUsage = "namespace of this cluster's JetStream streams, subjects and snapshot bucket ([A-Za-z0-9-]+, not OBJ or KV); empty derives it from --etcd.prefix: /consumerd gives consumerd, /a/b-c gives a-sb--c"
+
+// walNamespace is the cluster's WAL namespace: the --wal.namespace given, or
+// the one derived from --etcd.prefix (jetstream.NamespaceOf, the one
+// derivation). The error names the flag at fault and its value.
+func walNamespace(explicit, etcdPrefix string) (string, error) {
+	if explicit != "" {
+		if err := jetstream.ValidNamespace(explicit); err != nil {
+			return "", fmt.Errorf("--wal.namespace: %w", err)
+		}
+		return explicit, nil
+	}
+	ns, err := jetstream.NamespaceOf(etcdPrefix)
+	if err != nil {
+		return "", fmt.Errorf("--etcd.prefix: %w; choose another prefix or set --wal.namespace", err)
+	}
+	return ns, nil
 }
 
 // advertiseURL is the endpoint announced for a listener bound at addr.

@@ -79,6 +79,9 @@ func TestFlagEnvPrecedence(t *testing.T) {
 				return c.LeaseTTL == 5*time.Second && len(c.EtcdEndpoints) == 1 && c.EtcdEndpoints[0] == "x:1"
 			}, ""},
 		{"bad env value", nil, map[string]string{"CONSUMERD_ETCD_LEASE_TTL": "soon"}, nil, "CONSUMERD_ETCD_LEASE_TTL"},
+		{"namespace from env", nil, map[string]string{"CONSUMERD_WAL_NAMESPACE": "blue"}, func(c serveConfig) bool {
+			return c.WALNamespace == "blue"
+		}, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -110,6 +113,14 @@ func TestServeConfigValidate(t *testing.T) {
 		{[]string{"--etcd.lease-ttl", "0s"}, "--etcd.lease-ttl"},
 		{[]string{"--etcd.prefix", "consumerd"}, "--etcd.prefix"},
 		{[]string{"--etcd.prefix", "/consumerd/"}, "--etcd.prefix"},
+		{[]string{"--etcd.prefix", "/a/b_c.d"}, ""},
+		{[]string{"--etcd.prefix", "/OBJ"}, `--etcd.prefix: etcd prefix "/OBJ" gives namespace "OBJ": reserved`},
+		{[]string{"--etcd.prefix", "/" + strings.Repeat("p", 65)}, "set --wal.namespace"},
+		{[]string{"--etcd.prefix", "/OBJ", "--wal.namespace", "objects"}, ""},
+		{[]string{"--wal.namespace", "blue-2"}, ""},
+		{[]string{"--wal.namespace", "a_b"}, `--wal.namespace: namespace "a_b": illegal byte '_'`},
+		{[]string{"--wal.namespace", "a.b"}, `--wal.namespace: namespace "a.b"`},
+		{[]string{"--wal.namespace", "KV"}, `--wal.namespace: namespace "KV": reserved`},
 		{[]string{"--wal.url", "localhost"}, "--wal.url"},
 		{[]string{"--wal.sync", "sometimes"}, "--wal.sync"},
 		{[]string{"--wal.replicas", "0"}, "--wal.replicas"},
@@ -138,6 +149,21 @@ func TestServeConfigValidate(t *testing.T) {
 			t.Errorf("%v: unexpected error %v", tc.args, err)
 		case tc.wantFlag != "" && (err == nil || !strings.Contains(err.Error(), tc.wantFlag)):
 			t.Errorf("%v: err = %v, want one naming %s", tc.args, err, tc.wantFlag)
+		}
+	}
+}
+
+// The one derivation: --wal.namespace when given, else the etcd prefix's.
+func TestWALNamespace(t *testing.T) {
+	for _, tc := range []struct{ explicit, prefix, want string }{
+		{"", "/consumerd", "consumerd"},
+		{"", "/alpha", "alpha"},
+		{"", "/a/b-c", "a-sb--c"},
+		{"blue", "/consumerd", "blue"},
+		{"consumerd", "/alpha", "consumerd"},
+	} {
+		if got, err := walNamespace(tc.explicit, tc.prefix); err != nil || got != tc.want {
+			t.Errorf("walNamespace(%q, %q) = %q, %v; want %q", tc.explicit, tc.prefix, got, err, tc.want)
 		}
 	}
 }
@@ -331,6 +357,9 @@ func TestRunUsageErrors(t *testing.T) {
 		{[]string{"topics", "create", "--name", "..", "--partitions", "1"}, nil, "topic name"},
 		{[]string{"topics", "delete", "--name", "a/b"}, nil, "--name"},
 		{[]string{"topics", "list", "-o", "yaml"}, nil, "-o"},
+		{[]string{"publish", "--topic", "words", "--wal.namespace", "a.b"}, nil, `--wal.namespace: namespace "a.b": illegal byte '.'`},
+		{[]string{"shards", "list", "--etcd.prefix", "/KV"}, nil, `--etcd.prefix: etcd prefix "/KV" gives namespace "KV": reserved`},
+		{[]string{"shards", "recover", "--shard", "s", "--dir", "x"}, map[string]string{"CONSUMERD_WAL_NAMESPACE": "OBJ"}, `--wal.namespace: namespace "OBJ": reserved`},
 	}
 	for _, tc := range cases {
 		var out, errb bytes.Buffer

@@ -299,7 +299,7 @@ func newShardsListCommand(opts Options) *cobra.Command {
 			rows := shardRows(snap)
 			var opener wal.Opener
 			if len(rows) > 0 {
-				op, err := openWAL(cf.walURL, 1, cf.dialTimeout, hclog.NewNullLogger())
+				op, err := cf.openWAL(hclog.NewNullLogger())
 				if err != nil {
 					fmt.Fprintf(cmd.ErrOrStderr(), "note: %v; showing the lag the primaries report\n", err)
 				} else {

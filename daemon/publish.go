@@ -173,7 +173,11 @@ func (p *publishRun) run(ctx context.Context, cmd *cobra.Command) error {
 	if err != nil {
 		return p.timedOut(ctx, fmt.Errorf("--topic: %w", err))
 	}
-	opener, err := openWAL(p.cf.walURL, 1, min(p.cf.dialTimeout, time.Until(deadlineOf(ctx))), hclog.NewNullLogger())
+	ns, err := p.cf.namespace()
+	if err != nil {
+		return usageError{err}
+	}
+	opener, err := openWAL(p.cf.walURL, ns, 1, min(p.cf.dialTimeout, time.Until(deadlineOf(ctx))), hclog.NewNullLogger())
 	if err != nil {
 		return p.timedOut(ctx, err)
 	}

@@ -102,6 +102,12 @@ type session struct {
 func serve(ctx context.Context, cfg serveConfig, app shard.App, apps map[string]shard.App, out interface{ Write([]byte) (int, error) }, sigs <-chan os.Signal, hardExit func()) error {
 	log := newLogger(cfg.LogLevel, cfg.LogFormat, out)
 	s := &server{cfg: cfg, app: app, apps: apps, log: log, http: &http.Client{Timeout: 10 * time.Second}}
+	// Every stream, subject and the snapshot bucket of this cluster are in
+	// its namespace: clusters under other prefixes share the NATS safely.
+	namespace, err := walNamespace(cfg.WALNamespace, cfg.EtcdPrefix)
+	if err != nil {
+		return usageError{err}
+	}
 
 	// Listen first: the advertised endpoint is the address actually bound.
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
@@ -155,7 +161,7 @@ func serve(ctx context.Context, cfg serveConfig, app shard.App, apps map[string]
 		walURL = ns.URL()
 		log.Info("embedded nats-server started", "url", walURL, "store_dir", dir, "sync", cfg.WALSync)
 	}
-	opener, err := openWAL(walURL, cfg.WALReplicas, 0, log)
+	opener, err := openWAL(walURL, namespace, cfg.WALReplicas, 0, log)
 	if err != nil {
 		return err
 	}
@@ -166,7 +172,7 @@ func serve(ctx context.Context, cfg serveConfig, app shard.App, apps map[string]
 		if cfg.SnapshotStore == "dir" {
 			dir = cfg.SnapshotDir
 		}
-		st, closeStore, err := openSnapshotStore(ctx, dir, walURL, cfg.EtcdPrefix, cfg.WALReplicas)
+		st, closeStore, err := openSnapshotStore(ctx, dir, walURL, namespace, cfg.WALReplicas)
 		if err != nil {
 			return err
 		}
@@ -200,7 +206,7 @@ func serve(ctx context.Context, cfg serveConfig, app shard.App, apps map[string]
 		log.Debug("HTTP server stopped")
 	}()
 	log.Info("serving", "member", cfg.MemberID, "zone", cfg.Zone, "endpoint", s.endpoint,
-		"app", app.Name, "etcd", endpoints, "wal", walURL)
+		"app", app.Name, "etcd", endpoints, "wal", walURL, "wal_namespace", namespace)
 
 	runCtx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()

@@ -17,9 +17,9 @@ import (
 )
 
 // openSnapshotStore opens the snapshot store: a directory store when dir is
-// set, else the JetStream object store on the WAL's NATS (bucket derived
-// from the etcd prefix). close releases it.
-func openSnapshotStore(ctx context.Context, dir, walURL, prefix string, replicas int) (st snapshot.Store, closeFn func(), err error) {
+// set, else the JetStream object store on the WAL's NATS (the bucket of the
+// cluster's WAL namespace). close releases it.
+func openSnapshotStore(ctx context.Context, dir, walURL, namespace string, replicas int) (st snapshot.Store, closeFn func(), err error) {
 	if dir != "" {
 		ds, err := snapshot.NewDirStore(dir)
 		if err != nil {
@@ -29,7 +29,7 @@ func openSnapshotStore(ctx context.Context, dir, walURL, prefix string, replicas
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	js, err := snapshot.DialJetStreamStore(cctx, walURL, snapshot.JetStreamConfig{Bucket: snapshot.BucketName(prefix), Replicas: replicas})
+	js, err := snapshot.DialJetStreamStore(cctx, walURL, snapshot.JetStreamConfig{Bucket: snapshot.BucketName(namespace), Replicas: replicas})
 	if err != nil {
 		return nil, nil, fmt.Errorf("snapshot store: %w", err)
 	}
@@ -78,12 +78,16 @@ Snapshots are read from the JetStream object store on --wal.url, or from
 				return err
 			}
 			defer dbOpts.Destroy()
-			opener, err := openWAL(cf.walURL, 1, cf.dialTimeout, recoverLogger(opts))
+			opener, err := cf.openWAL(recoverLogger(opts))
 			if err != nil {
 				return err
 			}
 			defer opener.Close()
-			st, closeStore, err := openSnapshotStore(ctx, snapDir, cf.walURL, cf.etcdPrefix, 1)
+			ns, err := cf.namespace()
+			if err != nil {
+				return usageError{err}
+			}
+			st, closeStore, err := openSnapshotStore(ctx, snapDir, cf.walURL, ns, 1)
 			if err != nil {
 				return err
 			}

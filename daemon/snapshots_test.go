@@ -24,16 +24,22 @@ import (
 
 // TestShardsRecover: `shards recover` rebuilds a shard whose log was
 // truncated behind a snapshot (JetStream object store) into a directory,
-// equal to the live database key by key.
+// equal to the live database key by key. The cluster's prefix is not the
+// default: recover finds the log and the snapshots in the namespace derived
+// from --etcd.prefix.
 func TestShardsRecover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	endpoints := etcdtest.StartServer(t)
 	cli := etcdtest.NewClient(t, endpoints)
 	url := natstest.Start(t)
-	const prefix, shardID = "/consumerd", "wc-7"
+	const prefix, shardID = "/team-a/wc", "wc-7"
+	ns, err := walNamespace("", prefix)
+	if err != nil || ns != "team--a-swc" {
+		t.Fatalf("namespace of %s: %q, %v", prefix, ns, err)
+	}
 
-	opener, err := openWAL(url, 1, 0, hclog.NewNullLogger())
+	opener, err := openWAL(url, ns, 1, 0, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +97,7 @@ func TestShardsRecover(t *testing.T) {
 		}
 	}
 
-	st, closeStore, err := openSnapshotStore(ctx, "", url, prefix, 1)
+	st, closeStore, err := openSnapshotStore(ctx, "", url, ns, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -284,7 +284,7 @@ func newTopicsListCommand(opts Options) *cobra.Command {
 
 // countMessages fills each row's Messages from the WAL.
 func countMessages(ctx context.Context, cf clientFlags, rows []TopicRow) error {
-	opener, err := openWAL(cf.walURL, 1, cf.dialTimeout, hclog.NewNullLogger())
+	opener, err := cf.openWAL(hclog.NewNullLogger())
 	if err != nil {
 		return err
 	}
@@ -371,7 +371,7 @@ func newTopicsDeleteCommand(opts Options) *cobra.Command {
 				return fmt.Errorf("topic %s is read by %d shard(s) (%s); delete those shards first, or give --force (their primaries then fail to read it)",
 					name, len(readers), strings.Join(firstN(readers, 5), ", "))
 			}
-			opener, err := openWAL(cf.walURL, 1, cf.dialTimeout, hclog.NewNullLogger())
+			opener, err := cf.openWAL(hclog.NewNullLogger())
 			if err != nil {
 				return err
 			}

@@ -38,7 +38,7 @@ func BenchmarkAdaptorOverhead(b *testing.B) {
 		payload[i] = byte('a' + i%26)
 	}
 	op := jetstreamOpener(b, url, freshJSPrefix())
-	bop, err := jetstream.NewBuilder(jetstream.Config{URL: url, Prefix: freshJSPrefix()}).Build()
+	bop, err := jetstream.NewBuilder(jetstream.Config{URL: url, Namespace: freshJSPrefix()}).Build()
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -22,7 +22,7 @@ func freshJSPrefix() string { return "w" + strconv.FormatInt(jsPrefix.Add(1), 10
 // jetstreamOpener is an adaptor opener over its own NATS connection.
 func jetstreamOpener(t testing.TB, url, prefix string) wal.Opener {
 	t.Helper()
-	b := jetstream.NewBuilder(jetstream.Config{URL: url, Prefix: prefix})
+	b := jetstream.NewBuilder(jetstream.Config{URL: url, Namespace: prefix})
 	op, err := wal.NewOpenerBuilder(b).Build()
 	if err != nil {
 		t.Fatalf("build jetstream opener: %v", err)

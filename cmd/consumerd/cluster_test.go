@@ -157,6 +157,11 @@ type cluster struct {
 	etcd     *proc
 	nats     *proc
 	client   *clientv3.Client
+	// name and flags set a cluster apart from others on the same etcd and
+	// NATS (see sibling): flags go to every member and client subcommand,
+	// e.g. --etcd.prefix.
+	name  string
+	flags []string
 
 	mu      sync.Mutex
 	members map[string]*member
@@ -218,23 +223,48 @@ func newCluster(tb testing.TB, leaseTTL time.Duration) *cluster {
 		conn.Close()
 		return true, ""
 	})
-	tb.Cleanup(func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
+	tb.Cleanup(c.stopMembers)
+	return c
+}
+
+// sibling is another cluster on c's etcd and nats-server, told apart by
+// flags (e.g. "--etcd.prefix", "/beta"), with members of its own under
+// c.dir/name.
+func (c *cluster) sibling(name string, flags ...string) *cluster {
+	c.tb.Helper()
+	s := &cluster{tb: c.tb, bin: c.bin, dir: filepath.Join(c.dir, name), etcdURL: c.etcdURL, natsURL: c.natsURL,
+		leaseTTL: c.leaseTTL, etcd: c.etcd, nats: c.nats, client: c.client, name: name, flags: flags, members: map[string]*member{}}
+	if err := os.MkdirAll(s.dir, 0o755); err != nil {
+		c.tb.Fatal(err)
+	}
+	c.tb.Cleanup(s.stopMembers)
+	return s
+}
+
+// stopMembers kills every member, and logs their tails when the test failed.
+func (c *cluster) stopMembers() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, m := range c.members {
+		if m.proc != nil {
+			m.proc.kill()
+		}
+	}
+	if c.tb.Failed() {
 		for _, m := range c.members {
 			if m.proc != nil {
-				m.proc.kill()
+				c.tb.Logf("---- log tail of member %s/%s%s ----\n%s", m.zone, m.id, c.label(), m.proc.tail(40))
 			}
 		}
-		if tb.Failed() {
-			for _, m := range c.members {
-				if m.proc != nil {
-					tb.Logf("---- log tail of member %s/%s ----\n%s", m.zone, m.id, m.proc.tail(40))
-				}
-			}
-		}
-	})
-	return c
+	}
+}
+
+// label names a sibling cluster in log lines ("" for the first one).
+func (c *cluster) label() string {
+	if c.name == "" {
+		return ""
+	}
+	return " of cluster " + c.name
 }
 
 // addMember registers a member (not started).
@@ -250,18 +280,19 @@ func (c *cluster) addMember(id, zone string) *member {
 func (c *cluster) start(m *member) {
 	c.tb.Helper()
 	m.starts++
-	m.proc = startProc(c.tb, "member "+m.id, filepath.Join(c.dir, "member-"+m.id+".log"), nil, c.bin, "serve",
+	args := append([]string{"serve",
 		"--etcd.endpoints", c.etcdURL, "--wal.url", c.natsURL,
 		"--etcd.lease-ttl", c.leaseTTL.String(),
 		"--member.id", m.id, "--member.zone", m.zone,
 		"--data-dir", m.dataDir, "--http.addr", m.httpAddr,
-		"--log.level", "debug", "--shutdown-timeout", "20s")
+		"--log.level", "debug", "--shutdown-timeout", "20s"}, c.flags...)
+	m.proc = startProc(c.tb, "member "+m.id+c.label(), filepath.Join(c.dir, "member-"+m.id+".log"), nil, c.bin, args...)
 }
 
 // run runs a client subcommand with the cluster's endpoints and returns its
 // stdout; a non-zero exit fails the test unless allowFail.
 func (c *cluster) run(stdin []byte, args ...string) (string, error) {
-	args = append(args, "--etcd.endpoints", c.etcdURL, "--wal.url", c.natsURL)
+	args = append(append(args, "--etcd.endpoints", c.etcdURL, "--wal.url", c.natsURL), c.flags...)
 	cmd := exec.Command(c.bin, args...)
 	if stdin != nil {
 		cmd.Stdin = bytes.NewReader(stdin)
@@ -293,6 +324,7 @@ type shardRow struct {
 		Zone   string `json:"zone"`
 		Slot   int    `json:"slot"`
 		State  string `json:"state"`
+		Error  string `json:"error"`
 	} `json:"replicas"`
 	Lag map[string]int64 `json:"lag"`
 }

@@ -9,7 +9,9 @@
 // The package's tests are the multi-process suite: they build this binary,
 // start Debian's etcd and nats-server on free ports, and run members as child
 // processes — TestFaults (SIGKILL, SIGSTOP zombies, restarts, SIGTERM drain
-// while a known corpus is published; exact word counts), TestServeEmbedded
+// while a known corpus is published; exact word counts), TestClustersApart
+// (two clusters under different etcd prefixes on one etcd and one NATS, each
+// in its own WAL namespace), TestServeEmbedded
 // (the embedded default, HTTP endpoints, promtool check metrics),
 // TestServeShutdownBounds, TestCLIErrors, and BenchmarkFailover.
 package main

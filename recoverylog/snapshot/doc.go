@@ -43,7 +43,7 @@
 // Store is a small object-store interface (Put, Get, Stat, List, Delete;
 // an S3-compatible store is a thin adaptor). JetStreamStore keeps objects
 // in a NATS JetStream object-store bucket (the default, on the WAL's NATS;
-// one bucket per etcd prefix, see BucketName); DirStore in a directory (a
+// one bucket per cluster namespace, see BucketName); DirStore in a directory (a
 // shared filesystem).
 //
 // Objects of a shard: <shard>/manifests/<id>.json, <shard>/sst/<sha256>.sst,

@@ -23,6 +23,7 @@ import (
 	"github.com/consumerd/consumerd/wal"
 	"github.com/consumerd/consumerd/wal/message"
 	"github.com/consumerd/consumerd/wal/walimpls"
+	walnames "github.com/consumerd/consumerd/wal/walimpls/jetstream"
 	"github.com/consumerd/consumerd/wal/walimpls/memory"
 )
 
@@ -34,6 +35,15 @@ func TestMain(m *testing.M) {
 }
 
 const testPrefix = "/consumerd-test"
+
+// testNamespace is testPrefix's WAL namespace, as the daemon derives it.
+var testNamespace = func() string {
+	ns, err := walnames.NamespaceOf(testPrefix)
+	if err != nil {
+		panic(err)
+	}
+	return ns
+}()
 
 func testLogger(t testing.TB) hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{Name: t.Name(), Level: hclog.Warn, Output: testWriter{t}})
@@ -80,7 +90,7 @@ func newJetStreamStore(t testing.TB, url string) *snapshot.JetStreamStore {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st, err := snapshot.NewJetStreamStore(ctx, js, snapshot.JetStreamConfig{Bucket: snapshot.BucketName(testPrefix)})
+	st, err := snapshot.NewJetStreamStore(ctx, js, snapshot.JetStreamConfig{Bucket: snapshot.BucketName(testNamespace)})
 	if err != nil {
 		t.Fatal(err)
 	}

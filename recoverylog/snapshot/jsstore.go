@@ -21,26 +21,12 @@ type JetStreamConfig struct {
 	Replicas int
 }
 
-// BucketName derives the snapshot bucket of an etcd prefix: the prefix
-// without slashes, other characters outside [A-Za-z0-9_-] replaced by '_',
-// plus "-snapshots" ("/consumerd" gives "consumerd-snapshots"). One bucket
-// per prefix keeps clusters sharing a NATS apart.
-func BucketName(prefix string) string {
-	p := strings.Trim(prefix, "/")
-	var b strings.Builder
-	for _, r := range p {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_':
-			b.WriteRune(r)
-		default:
-			b.WriteByte('_')
-		}
-	}
-	if b.Len() == 0 {
-		b.WriteString("consumerd")
-	}
-	return b.String() + "-snapshots"
-}
+// BucketName is the snapshot bucket of a cluster's WAL namespace (see
+// wal/walimpls/jetstream.NamespaceOf: derived from the etcd prefix, or given
+// with --wal.namespace): "<namespace>-snapshots", so the default prefix
+// "/consumerd" keeps "consumerd-snapshots". The suffix is fixed, so distinct
+// namespaces give distinct buckets: clusters sharing a NATS stay apart.
+func BucketName(namespace string) string { return namespace + "-snapshots" }
 
 // JetStreamStore is a Store in a NATS JetStream object-store bucket (the
 // default store: snapshots live on the same NATS as the WAL). The object

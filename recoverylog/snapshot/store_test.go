@@ -135,11 +135,9 @@ func TestStoreContract(t *testing.T) {
 
 func TestBucketName(t *testing.T) {
 	for _, c := range []struct{ in, want string }{
-		{"/consumerd", "consumerd-snapshots"},
-		{"/consumerd/", "consumerd-snapshots"},
-		{"/a/b.c", "a_b_c-snapshots"},
-		{"/", "consumerd-snapshots"},
-		{"", "consumerd-snapshots"},
+		{"consumerd", "consumerd-snapshots"}, // the default prefix's: unchanged
+		{"alpha", "alpha-snapshots"},
+		{"a-sb", "a-sb-snapshots"},
 	} {
 		if got := snapshot.BucketName(c.in); got != c.want {
 			t.Errorf("BucketName(%q) = %q, want %q", c.in, got, c.want)

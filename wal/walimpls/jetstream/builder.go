@@ -125,7 +125,7 @@ func (o *opener) Open(ctx context.Context, opt *walimpls.OpenOption) (walimpls.W
 	if opt == nil {
 		return nil, errors.New("jetstream: Open: nil OpenOption")
 	}
-	n, err := channelNames(o.cfg.Prefix, opt.Channel)
+	n, err := channelNames(o.cfg.Namespace, opt.Channel)
 	if err != nil {
 		return nil, err
 	}
@@ -261,7 +261,7 @@ func (o *opener) Close() {
 
 // RemoveChannel deletes the channel's stream (data and fence records).
 func (o *opener) RemoveChannel(ctx context.Context, channel string) error {
-	n, err := channelNames(o.cfg.Prefix, channel)
+	n, err := channelNames(o.cfg.Namespace, channel)
 	if err != nil {
 		return err
 	}

@@ -12,10 +12,12 @@ type Config struct {
 	// URL is the NATS server URL, or a comma-separated list of cluster URLs,
 	// e.g. "nats://127.0.0.1:4222". Required.
 	URL string
-	// Prefix prefixes stream names ("<prefix>_<channel>") and subjects
-	// ("<prefix>.<channel>.data|fence"); [A-Za-z0-9_-]+. Default "consumerd".
-	// Distinct prefixes give disjoint channel namespaces on one server.
-	Prefix string
+	// Namespace sets one cluster's channels apart from another's on the same
+	// server: it begins every stream name ("<namespace>_<token>") and subject
+	// ("<namespace>.<token>.data|fence"). [A-Za-z0-9-]+, not OBJ or KV (see
+	// ValidNamespace); the daemon derives it from the etcd prefix with
+	// NamespaceOf. Default DefaultNamespace ("consumerd").
+	Namespace string
 	// Replicas is the stream replication factor for new streams: 1 (default,
 	// a single server) or 3 in production clusters.
 	Replicas int
@@ -52,11 +54,11 @@ func (c Config) withDefaults() (Config, error) {
 	if c.URL == "" {
 		return c, fmt.Errorf("jetstream: Config.URL is required")
 	}
-	if c.Prefix == "" {
-		c.Prefix = "consumerd"
+	if c.Namespace == "" {
+		c.Namespace = DefaultNamespace
 	}
-	if err := validPrefix(c.Prefix); err != nil {
-		return c, err
+	if err := ValidNamespace(c.Namespace); err != nil {
+		return c, fmt.Errorf("jetstream: Config.Namespace: %w", err)
 	}
 	switch {
 	case c.Replicas == 0:

@@ -6,12 +6,28 @@
 //
 // # Layout
 //
-// Each channel is one stream, "<prefix>_<token>", where token is the channel
-// name escaped by EscapeChannel (reversible, so distinct channels never share a
-// stream). The stream captures two subjects:
+// Each channel is one stream, "<namespace>_<token>", where token is the
+// channel name escaped by EscapeChannel (reversible, so distinct channels never
+// share a stream). The stream captures two subjects:
 //
-//	<prefix>.<token>.data   the channel's messages
-//	<prefix>.<token>.fence  fence records (payload and Consumerd-Term header: the term)
+//	<namespace>.<token>.data   the channel's messages
+//	<namespace>.<token>.fence  fence records (payload and Consumerd-Term header: the term)
+//
+// The namespace (Config.Namespace) keeps clusters on one NATS apart: the
+// daemon derives it from the cluster's etcd prefix with NamespaceOf ("/alpha"
+// gives "alpha"; the default "/consumerd" gives "consumerd", the names
+// consumerd used before namespaces), or takes --wal.namespace. It is
+// [A-Za-z0-9-]+ (ValidNamespace), so the first '_' of a stream name ends it,
+// and not OBJ or KV, whose streams are JetStream's own. External tools find a
+// cluster's data by name; for namespace NS:
+//
+//	topic T, partition P     stream NS_<EscapeChannel("T/PPPP")>, subject NS.<token>.data
+//	                         e.g. consumerd_words_s0003, consumerd.words_s0003.data
+//	recovery log of shard S  stream NS_<EscapeChannel("recovery/S")>, e.g. consumerd_recovery_swordcount-0003
+//	snapshots                object store bucket NS-snapshots (stream OBJ_NS-snapshots)
+//
+// Every stream also records its channel name in its metadata
+// ("consumerd.channel") and description.
 //
 // A MessageID is the JetStream stream sequence of the message. Sequences are
 // shared with fence records, so ids are strictly increasing but not

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,7 +40,7 @@ func ctxFor(t *testing.T) context.Context {
 func TestConformance(t *testing.T) {
 	url := natstest.Start(t)
 	walimplstest.Run(t, func(t *testing.T) walimpls.OpenerBuilderImpls {
-		return jetstream.NewBuilder(jetstream.Config{URL: url, Prefix: freshPrefix()})
+		return jetstream.NewBuilder(jetstream.Config{URL: url, Namespace: freshPrefix()})
 	})
 }
 
@@ -51,7 +53,7 @@ func TestConformanceReplicated(t *testing.T) {
 	}
 	url := natstest.StartCluster(t, 3)
 	walimplstest.Run(t, func(t *testing.T) walimpls.OpenerBuilderImpls {
-		return jetstream.NewBuilder(jetstream.Config{URL: url, Prefix: freshPrefix(), Replicas: 3})
+		return jetstream.NewBuilder(jetstream.Config{URL: url, Namespace: freshPrefix(), Replicas: 3})
 	})
 }
 
@@ -110,7 +112,9 @@ func TestBuildErrorNamesURL(t *testing.T) {
 		want string
 	}{
 		{jetstream.Config{}, "URL is required"},
-		{jetstream.Config{URL: url, Prefix: "a.b"}, "prefix"},
+		{jetstream.Config{URL: url, Namespace: "a.b"}, `Config.Namespace: namespace "a.b": illegal byte '.'`},
+		{jetstream.Config{URL: url, Namespace: "a_b"}, `Config.Namespace: namespace "a_b": illegal byte '_'`},
+		{jetstream.Config{URL: url, Namespace: "OBJ"}, `Config.Namespace: namespace "OBJ": reserved`},
 		{jetstream.Config{URL: url, Replicas: 7}, "Replicas 7"},
 	} {
 		if _, err := jetstream.NewBuilder(tc.cfg).Build(); err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -657,7 +661,7 @@ func TestLostAcksFailAfterAckTimeout(t *testing.T) {
 	}
 	const ackTimeout = 400 * time.Millisecond
 	prefix := freshPrefix()
-	o := buildOpener(t, jetstream.Config{URL: url, Prefix: prefix, AckTimeout: ackTimeout})
+	o := buildOpener(t, jetstream.Config{URL: url, Namespace: prefix, AckTimeout: ackTimeout})
 	setNoAck := func(channel string, noAck bool) {
 		t.Helper()
 		tok, err := jetstream.EscapeChannel(channel)
@@ -786,7 +790,7 @@ func TestTermZeroBackpressure(t *testing.T) {
 	}
 	const maxPending = 3
 	prefix := freshPrefix()
-	o := buildOpener(t, jetstream.Config{URL: url, Prefix: prefix, MaxPending: maxPending, AckTimeout: 500 * time.Millisecond})
+	o := buildOpener(t, jetstream.Config{URL: url, Namespace: prefix, MaxPending: maxPending, AckTimeout: 500 * time.Millisecond})
 	w := openWAL(t, o, "bp", 0)
 	tok, err := jetstream.EscapeChannel("bp")
 	if err != nil {
@@ -835,5 +839,77 @@ func TestTermZeroBackpressure(t *testing.T) {
 	setNoAck(false)
 	if _, err := w.Append(ctxFor(t), message.MutableMessage{Payload: []byte("acked")}); err != nil {
 		t.Fatalf("append after the slots were freed: %v", err)
+	}
+}
+
+// Two clusters' openers on one server, in different namespaces, share no
+// stream: the same channel fenced with a higher term in one leaves the other's
+// writer unfenced, each reads only its own messages, and the streams carry
+// their namespace (the default one keeps consumerd's old names).
+func TestNamespacesApart(t *testing.T) {
+	url := natstest.Start(t)
+	ctx := ctxFor(t)
+	const ch = "recovery/wordcount-0000"
+	alpha := openWAL(t, buildOpener(t, jetstream.Config{URL: url, Namespace: "alpha"}), ch, 5)
+	if _, err := alpha.Append(ctx, message.MutableMessage{Payload: []byte("a1")}); err != nil {
+		t.Fatal(err)
+	}
+	beta := openWAL(t, buildOpener(t, jetstream.Config{URL: url, Namespace: "beta"}), ch, 9)
+	if _, err := beta.Append(ctx, message.MutableMessage{Payload: []byte("b1")}); err != nil {
+		t.Fatal(err)
+	}
+	def := openWAL(t, buildOpener(t, jetstream.Config{URL: url}), "words/0003", 0)
+	if _, err := def.Append(ctx, message.MutableMessage{Payload: []byte("d1")}); err != nil {
+		t.Fatal(err)
+	}
+	// beta's higher term did not fence alpha's writer.
+	if _, err := alpha.Append(ctx, message.MutableMessage{Payload: []byte("a2")}); err != nil {
+		t.Fatalf("alpha's append after beta opened the same channel with a higher term: %v", err)
+	}
+	for _, tc := range []struct {
+		w    walimpls.WALImpls
+		want string
+	}{{alpha, "a1,a2"}, {beta, "b1"}, {def, "d1"}} {
+		var got []string
+		for _, m := range readAll(t, tc.w, strings.Count(tc.want, ",")+1) {
+			got = append(got, string(m.Payload))
+		}
+		if strings.Join(got, ",") != tc.want {
+			t.Errorf("%s read %v, want %s", tc.w.WALName(), got, tc.want)
+		}
+	}
+
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := njs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var streams []string
+	names := js.StreamNames(ctx)
+	for n := range names.Name() {
+		streams = append(streams, n)
+	}
+	if err := names.Err(); err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(streams)
+	if got, want := strings.Join(streams, " "), "alpha_recovery_swordcount-0000 beta_recovery_swordcount-0000 consumerd_words_s0003"; got != want {
+		t.Fatalf("streams %s, want %s", got, want)
+	}
+	for _, s := range []struct{ stream, subject string }{
+		{"alpha_recovery_swordcount-0000", "alpha.recovery_swordcount-0000.data"},
+		{"consumerd_words_s0003", "consumerd.words_s0003.data"},
+	} {
+		st, err := js.Stream(ctx, s.stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if subj := st.CachedInfo().Config.Subjects; !slices.Contains(subj, s.subject) {
+			t.Errorf("stream %s captures %v, want %s among them", s.stream, subj, s.subject)
+		}
 	}
 }

@@ -117,15 +117,95 @@ func unhex(c byte) int {
 	return -1
 }
 
-// validPrefix reports whether p can prefix stream names and be a subject token.
-func validPrefix(p string) error {
-	if p == "" {
-		return errors.New("jetstream: empty stream prefix")
+// A namespace is the part of every stream name and subject a cluster uses
+// that sets it apart from other clusters on the same NATS: its streams are
+// "<namespace>_<token>", its subjects "<namespace>.<token>.data|fence", and
+// its snapshot bucket (recoverylog/snapshot) "<namespace>-snapshots".
+//
+// A namespace is 1 to MaxNamespaceLen bytes of [A-Za-z0-9-]. It holds no '_',
+// so the first '_' of a stream name ends the namespace: one stream name, one
+// (namespace, channel). It is not "OBJ" or "KV" in any case: JetStream names
+// the streams of object stores and key-value buckets "OBJ_<bucket>" and
+// "KV_<bucket>", which such a namespace's streams could take (and a store
+// directory on a case-insensitive file system would fold the case).
+
+// DefaultNamespace is the namespace of the default etcd prefix "/consumerd",
+// and of a Config without one.
+const DefaultNamespace = "consumerd"
+
+// MaxNamespaceLen bounds a namespace, leaving most of JetStream's 255 bytes
+// of stream name to the channel.
+const MaxNamespaceLen = 64
+
+// NamespaceOf derives a cluster's namespace from its etcd prefix: the prefix
+// without its leading '/', with '-' as the escape character
+//
+//	letters, digits   kept
+//	'-'               "--"
+//	'/'               "-s"
+//	'.'               "-d"
+//	'_'               "-u"
+//	any other byte    "-xHH" (two lowercase hex digits)
+//
+// so "/consumerd" gives "consumerd" (the names consumerd always used),
+// "/team-a/prod" gives "team--a-sprod". Every '-' of the result starts an
+// escape, so distinct prefixes give distinct namespaces. It fails on a
+// prefix that does not start with '/' or is nothing else, and on one whose
+// namespace ValidNamespace rejects (reserved, too long), naming both.
+func NamespaceOf(etcdPrefix string) (string, error) {
+	rest, ok := strings.CutPrefix(etcdPrefix, "/")
+	if !ok {
+		return "", fmt.Errorf("etcd prefix %q does not start with '/'", etcdPrefix)
 	}
-	for i := 0; i < len(p); i++ {
-		c := p[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return fmt.Errorf("jetstream: stream prefix %q: illegal byte %q at %d (want [A-Za-z0-9_-])", p, c, i)
+	if rest == "" {
+		return "", fmt.Errorf("etcd prefix %q gives an empty namespace", etcdPrefix)
+	}
+	var b strings.Builder
+	b.Grow(len(rest) + 8)
+	for i := 0; i < len(rest); i++ {
+		c := rest[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+			b.WriteByte(c)
+		case c == '-':
+			b.WriteString("--")
+		case c == '/':
+			b.WriteString("-s")
+		case c == '.':
+			b.WriteString("-d")
+		case c == '_':
+			b.WriteString("-u")
+		default:
+			b.WriteString("-x")
+			b.WriteByte(hexDigits[c>>4])
+			b.WriteByte(hexDigits[c&0xf])
+		}
+	}
+	ns := b.String()
+	if err := ValidNamespace(ns); err != nil {
+		return "", fmt.Errorf("etcd prefix %q gives %w", etcdPrefix, err)
+	}
+	return ns, nil
+}
+
+// ValidNamespace checks a namespace (see NamespaceOf); the error names it
+// and says what is wrong.
+func ValidNamespace(ns string) error {
+	if ns == "" {
+		return errors.New("namespace \"\": must not be empty")
+	}
+	if len(ns) > MaxNamespaceLen {
+		return fmt.Errorf("namespace %q: %d bytes, at most %d", ns, len(ns), MaxNamespaceLen)
+	}
+	for i := 0; i < len(ns); i++ {
+		c := ns[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+			return fmt.Errorf("namespace %q: illegal byte %q at %d (want [A-Za-z0-9-]; '_' separates namespace and channel in stream names)", ns, c, i)
+		}
+	}
+	for _, r := range []string{"OBJ", "KV"} {
+		if strings.EqualFold(ns, r) {
+			return fmt.Errorf("namespace %q: reserved (JetStream's own streams are named %s_<bucket>)", ns, r)
 		}
 	}
 	return nil
@@ -134,24 +214,24 @@ func validPrefix(p string) error {
 // names are the JetStream names of one channel.
 type names struct {
 	channel string
-	stream  string // <prefix>_<escaped>
-	data    string // <prefix>.<escaped>.data
-	fence   string // <prefix>.<escaped>.fence
+	stream  string // <namespace>_<escaped>
+	data    string // <namespace>.<escaped>.data
+	fence   string // <namespace>.<escaped>.fence
 }
 
-// channelNames derives a channel's stream and subjects. The prefix must have
-// passed validPrefix. The stream name is prefix + "_" + token; since the
-// prefix is fixed per builder and the token is injective, so is the stream
-// name.
-func channelNames(prefix, channel string) (names, error) {
+// channelNames derives a channel's stream and subjects. The namespace must
+// have passed ValidNamespace. The stream name is namespace + "_" + token: the
+// namespace has no '_', so its end is the first '_', and the token is
+// injective, so distinct (namespace, channel) pairs never share a stream.
+func channelNames(ns, channel string) (names, error) {
 	tok, err := EscapeChannel(channel)
 	if err != nil {
 		return names{}, err
 	}
 	return names{
 		channel: channel,
-		stream:  prefix + "_" + tok,
-		data:    prefix + "." + tok + ".data",
-		fence:   prefix + "." + tok + ".fence",
+		stream:  ns + "_" + tok,
+		data:    ns + "." + tok + ".data",
+		fence:   ns + "." + tok + ".fence",
 	}, nil
 }

@@ -110,15 +110,175 @@ func FuzzUnescapeCanonical(f *testing.F) {
 	})
 }
 
-func TestValidPrefix(t *testing.T) {
-	for _, ok := range []string{"consumerd", "t_1-x"} {
-		if err := validPrefix(ok); err != nil {
-			t.Errorf("validPrefix(%q): %v", ok, err)
+func TestNamespaceOf(t *testing.T) {
+	for _, tc := range []struct{ prefix, want string }{
+		{"/consumerd", "consumerd"}, // the names consumerd always used
+		{"/alpha", "alpha"},
+		{"/Alpha", "Alpha"},
+		{"/a/b", "a-sb"},
+		{"/a-b", "a--b"},
+		{"/a_b", "a-ub"},
+		{"/a.b", "a-db"},
+		{"/a b", "a-x20b"},
+		{"/a/", "a-s"},
+		{"//a", "-sa"},
+		{"/-", "--"},
+		{"/ü", "-xc3-xbc"},
+		{"/team-a/prod.eu_1", "team--a-sprod-deu-u1"},
+		{"/" + strings.Repeat("x", MaxNamespaceLen), strings.Repeat("x", MaxNamespaceLen)},
+	} {
+		got, err := NamespaceOf(tc.prefix)
+		if err != nil || got != tc.want {
+			t.Errorf("NamespaceOf(%q) = %q, %v; want %q", tc.prefix, got, err, tc.want)
+			continue
+		}
+		if err := ValidNamespace(got); err != nil {
+			t.Errorf("NamespaceOf(%q) = %q, which ValidNamespace rejects: %v", tc.prefix, got, err)
 		}
 	}
-	for _, bad := range []string{"", "a.b", "a b", "a/b", "a*", "a>"} {
-		if err := validPrefix(bad); err == nil {
-			t.Errorf("validPrefix(%q) accepted", bad)
+}
+
+func TestNamespaceOfRejects(t *testing.T) {
+	for _, tc := range []struct{ prefix, want string }{
+		{"", `etcd prefix "" does not start with '/'`},
+		{"consumerd", `etcd prefix "consumerd" does not start with '/'`},
+		{"/", `etcd prefix "/" gives an empty namespace`},
+		{"/OBJ", `etcd prefix "/OBJ" gives namespace "OBJ": reserved`},
+		{"/KV", `etcd prefix "/KV" gives namespace "KV": reserved`},
+		{"/obj", `namespace "obj": reserved`},
+		{"/" + strings.Repeat("x", MaxNamespaceLen+1), "65 bytes, at most 64"},
+		{"/" + strings.Repeat("-", MaxNamespaceLen/2+1), "66 bytes, at most 64"},
+	} {
+		got, err := NamespaceOf(tc.prefix)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("NamespaceOf(%q) = %q, %v; want an error containing %q", tc.prefix, got, err, tc.want)
 		}
 	}
+}
+
+func TestValidNamespace(t *testing.T) {
+	for _, ok := range []string{"consumerd", "t1", "a-b", "-", "OBJECTS", "KV-1", "OBJx", strings.Repeat("a", MaxNamespaceLen)} {
+		if err := ValidNamespace(ok); err != nil {
+			t.Errorf("ValidNamespace(%q): %v", ok, err)
+		}
+	}
+	for bad, want := range map[string]string{
+		"":                                     `namespace "": must not be empty`,
+		"a_b":                                  `namespace "a_b": illegal byte '_' at 1`,
+		"a.b":                                  `illegal byte '.' at 1`,
+		"a/b":                                  `illegal byte '/'`,
+		"a b":                                  `illegal byte ' '`,
+		"a*":                                   `illegal byte '*'`,
+		"a>":                                   `illegal byte '>'`,
+		"$JS":                                  `illegal byte '$' at 0`,
+		"OBJ":                                  `namespace "OBJ": reserved (JetStream's own streams are named OBJ_<bucket>)`,
+		"obj":                                  "reserved",
+		"KV":                                   `namespace "KV": reserved (JetStream's own streams are named KV_<bucket>)`,
+		"kV":                                   "reserved",
+		strings.Repeat("a", MaxNamespaceLen+1): "65 bytes, at most 64",
+	} {
+		if err := ValidNamespace(bad); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ValidNamespace(%q) = %v, want an error containing %q", bad, err, want)
+		}
+	}
+}
+
+// Prefixes that differ only in the characters the mapping rewrites must
+// never share a namespace, and no two (namespace, channel) pairs a stream
+// or subject: the first '_' of a stream name ends its namespace.
+func TestDistinctNamespacesNeverCollide(t *testing.T) {
+	prefixes := []string{
+		"/a/b", "/a-b", "/a_b", "/a.b", "/a--b", "/a-sb", "/a-ub", "/a-db", "/a/-b", "/a-/b",
+		"/a//b", "/a b", "/a-x20b", "/ab", "/a", "/a/", "/a-", "/consumerd", "/consumerd/x",
+		"/consumerd-x", "/consumerd_x", "/A/b",
+	}
+	seenNS := map[string]string{}
+	seenName := map[string]string{}
+	for _, p := range prefixes {
+		ns, err := NamespaceOf(p)
+		if err != nil {
+			t.Fatalf("NamespaceOf(%q): %v", p, err)
+		}
+		if prev, dup := seenNS[ns]; dup {
+			t.Fatalf("prefixes %q and %q both give namespace %q", prev, p, ns)
+		}
+		seenNS[ns] = p
+		for _, ch := range []string{"words/0003", "b/words/0003", "recovery/s", "x_recovery/s", "s"} {
+			n, err := channelNames(ns, ch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, key := range []string{n.stream, n.data, n.fence} {
+				if prev, dup := seenName[key]; dup {
+					t.Fatalf("%q and %q both map to %q", prev, p+" "+ch, key)
+				}
+				seenName[key] = p + " " + ch
+			}
+			if before, _, _ := strings.Cut(n.stream, "_"); before != ns {
+				t.Fatalf("stream %q of namespace %q: its first '_' does not end the namespace", n.stream, ns)
+			}
+		}
+	}
+	// No channel stream is an object store's (the snapshot buckets').
+	for ns, p := range seenNS {
+		if who, dup := seenName["OBJ_"+ns+"-snapshots"]; dup {
+			t.Fatalf("%s takes the stream of %s's snapshot bucket", who, p)
+		}
+	}
+}
+
+// prefixOf inverts NamespaceOf (tests only): a namespace decodes to exactly
+// one prefix, so NamespaceOf is injective.
+func prefixOf(ns string) (string, bool) {
+	var b strings.Builder
+	b.WriteByte('/')
+	for i := 0; i < len(ns); i++ {
+		if ns[i] != '-' {
+			b.WriteByte(ns[i])
+			continue
+		}
+		if i+1 >= len(ns) {
+			return "", false
+		}
+		i++
+		switch ns[i] {
+		case '-':
+			b.WriteByte('-')
+		case 's':
+			b.WriteByte('/')
+		case 'd':
+			b.WriteByte('.')
+		case 'u':
+			b.WriteByte('_')
+		case 'x':
+			if i+2 >= len(ns) || unhex(ns[i+1]) < 0 || unhex(ns[i+2]) < 0 {
+				return "", false
+			}
+			b.WriteByte(byte(unhex(ns[i+1])<<4 | unhex(ns[i+2])))
+			i += 2
+		default:
+			return "", false
+		}
+	}
+	return b.String(), true
+}
+
+// Every namespace NamespaceOf gives is valid and decodes back to its prefix:
+// distinct prefixes never share a namespace.
+func FuzzNamespaceOfInjective(f *testing.F) {
+	for _, p := range []string{"/consumerd", "/a/b", "/a_b", "/a-b", "/a--b", "/a-sb", "/ü", "/-xc3-xbc", "/\x00\xff"} {
+		f.Add(p)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		ns, err := NamespaceOf(p)
+		if err != nil {
+			return
+		}
+		if err := ValidNamespace(ns); err != nil {
+			t.Fatalf("NamespaceOf(%q) = %q, invalid: %v", p, ns, err)
+		}
+		if back, ok := prefixOf(ns); !ok || back != p {
+			t.Fatalf("NamespaceOf(%q) = %q, which decodes to %q (%v)", p, ns, back, ok)
+		}
+	})
 }
