@@ -75,7 +75,6 @@ func newWAL(o *opener, n names, st jetstream.Stream, term uint64) *walImpl {
 	}
 }
 
-
 // WALName is "jetstream".
 func (w *walImpl) WALName() string { return BackendName }
 
