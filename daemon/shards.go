@@ -66,6 +66,11 @@ reads partition i of each. --count, when given, must equal that count.`,
 			if countGiven && count != n {
 				return usagef("--count: %d must equal the partition count of %s (%d): one shard per partition", count, strings.Join(app.Topics, ", "), n)
 			}
+			for _, t := range app.Outputs {
+				if _, err := getTopic(cmd.Context(), cli, cf.etcdPrefix, t); err != nil {
+					return fmt.Errorf("app %s publishes to topic %s: %w", app.Name, t, err)
+				}
+			}
 			specs, err := app.SpecsFor(n, standbys)
 			if err != nil {
 				return err

@@ -17,7 +17,8 @@ type App struct {
 	// SpecsFor reads the same partition index of every topic; a spec written
 	// for `shards apply` may name any sources (see Shard.Partition).
 	Topics []string
-	// Outputs are the topics the application publishes to (informational).
+	// Outputs are the topics the application publishes to: `shards create`
+	// requires them to exist, and the embedded default creates them.
 	Outputs []string
 	// NewConsumer returns a fresh Consumer for one shard primary. It is
 	// called once each time a replica becomes primary; a Consumer is never

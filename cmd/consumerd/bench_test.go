@@ -28,6 +28,7 @@ func BenchmarkFailover(b *testing.B) {
 	)
 	c := newCluster(b, leaseTTL)
 	c.mustRun(nil, "topics", "create", "--name", "words", "--partitions", fmt.Sprint(nShards))
+	c.mustRun(nil, "topics", "create", "--name", "counts", "--partitions", fmt.Sprint(nShards))
 	c.mustRun(nil, "shards", "create", "--app", "wordcount", "--hot-standbys", "1")
 	members := []*member{c.addMember("m1", "zone-a"), c.addMember("m2", "zone-b"), c.addMember("m3", "zone-a")}
 	byID := map[string]*member{}

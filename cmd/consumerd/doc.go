@@ -7,7 +7,8 @@
 // binary the same way: os.Exit(daemon.Main(myapp.App())).
 //
 // The package's tests are the multi-process suite: they build this binary,
-// start Debian's etcd and nats-server on free ports, and run members as child
+// start Debian's etcd and the nats-server of go.mod (built from the module) on
+// free ports, and run members as child
 // processes — TestFaults (SIGKILL, SIGSTOP zombies, restarts, SIGTERM drain
 // while a known corpus is published; exact word counts), TestClustersApart
 // (two clusters under different etcd prefixes on one etcd and one NATS, each

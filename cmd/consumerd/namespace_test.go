@@ -45,6 +45,7 @@ func TestClustersApart(t *testing.T) {
 	}
 	for _, s := range sides {
 		s.c.mustRun(nil, "topics", "create", "--name", "words", "--partitions", fmt.Sprint(s.shards))
+		s.c.mustRun(nil, "topics", "create", "--name", "counts", "--partitions", fmt.Sprint(s.shards))
 	}
 	sides[0].c.mustRun(nil, "shards", "create", "--app", "wordcount", "--count", "2", "--hot-standbys", "1")
 	sides[1].c.mustRun(nil, "shards", "create", "--app", "wordcount", "--count", "3")

@@ -60,6 +60,7 @@ func (b *Builder) Build() (walimpls.OpenerImpls, error) {
 	}
 	maxPayload.Store(nc.MaxPayload())
 	o := &opener{cfg: cfg, nc: nc, log: log, wals: map[*walImpl]struct{}{}, maxPayload: &maxPayload,
+		atomic: atomicBatches(nc.ConnectedServerVersion()),
 		stopWatch: make(chan struct{}), watchDone: make(chan struct{})}
 	if err := o.startFast(); err != nil {
 		nc.Close()
@@ -109,6 +110,8 @@ type opener struct {
 	truncMu sync.Mutex
 	// fast publishes every append on core NATS (see publish.go).
 	fast fastPub
+	// atomic: the server stores batches atomically (nats-server >= 2.12).
+	atomic bool
 	// maxPayload caches the server's max_payload (refreshed on reconnect),
 	// read on every append without taking the connection's lock.
 	maxPayload *atomic.Int64
@@ -179,7 +182,9 @@ func (o *opener) ensureStream(ctx context.Context, n names) (jetstream.Stream, e
 		st, err = o.js.CreateStream(ctx, jetstream.StreamConfig{
 			Name:        n.stream,
 			Description: "consumerd WAL channel " + n.channel,
-			Subjects:    []string{n.data, n.fence},
+			Subjects:    []string{n.data, n.fence, n.marks + ".*"},
+			// Atomic batches (batch.go), where the server has them.
+			AllowAtomicPublish: o.atomic,
 			Retention:   jetstream.LimitsPolicy,
 			Storage:     storage,
 			Replicas:    o.cfg.Replicas,

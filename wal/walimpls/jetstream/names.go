@@ -217,6 +217,7 @@ type names struct {
 	stream  string // <namespace>_<escaped>
 	data    string // <namespace>.<escaped>.data
 	fence   string // <namespace>.<escaped>.fence
+	marks   string // <namespace>.<escaped>.mark: batch markers on marks.<escaped chain>
 }
 
 // channelNames derives a channel's stream and subjects. The namespace must
@@ -233,5 +234,6 @@ func channelNames(ns, channel string) (names, error) {
 		stream:  ns + "_" + tok,
 		data:    ns + "." + tok + ".data",
 		fence:   ns + "." + tok + ".fence",
+		marks:   ns + "." + tok + ".mark",
 	}, nil
 }

@@ -36,10 +36,11 @@ type walImpl struct {
 	term uint64
 	log  hclog.Logger
 
-	mu        sync.Mutex
-	closed    bool
-	fencedErr error // set once fenced; wraps walimpls.ErrFenced
-	scanners  map[*scanner]struct{}
+	mu         sync.Mutex
+	closed     bool
+	batchReady bool  // the stream takes batches (ensureBatches)
+	fencedErr  error // set once fenced; wraps walimpls.ErrFenced
+	scanners   map[*scanner]struct{}
 
 	// inflight counts appends accepted and not yet reported, for Close.
 	inflight sync.WaitGroup

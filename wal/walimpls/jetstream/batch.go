@@ -1,0 +1,242 @@
+package jetstream
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/consumerd/consumerd/wal/message"
+	"github.com/consumerd/consumerd/wal/walimpls"
+)
+
+// Batches (walimpls.BatchAppender).
+//
+// A channel's stream also captures <ns>.<token>.mark.<chain>: each chain's
+// markers, on a subject of their own (scanners, LastID and Count read the
+// data subject only, so markers are never seen as messages). A batch is its
+// messages on the data subject plus the marker, conditional on the chain's
+// last marker (Nats-Expected-Last-Subject-Sequence = Batch.After), so a stale
+// or repeated batch is rejected whole.
+//
+// On nats-server 2.12 or newer the batch is an atomic batch (stream
+// allow_atomic; Nats-Batch-Id, Nats-Batch-Sequence 1..n+1, Nats-Batch-Commit
+// on the marker): all of it is stored or none, in one proposal on a
+// replicated stream. The messages go out without replies; the marker is a
+// request whose reply is the batch's PubAck. A batch abandoned midway (a
+// crash before the marker) is dropped by the server.
+//
+// Older servers have no atomic batches: each message is appended with a
+// Nats-Msg-Id derived from the chain, the marker and its index, then the
+// marker. A batch cut short is completed by its retry — the repeated
+// messages are dropped as duplicates — only within the stream's duplicate
+// window (Config.DuplicateWindow). Atomic reports which.
+
+// maxAtomicBatch is nats-server's default max_batch_size, the marker
+// included.
+const maxAtomicBatch = 1000
+
+var _ walimpls.BatchAppender = (*walImpl)(nil)
+
+// atomicBatches reports whether a server version ("2.12.1") has atomic
+// batches.
+func atomicBatches(version string) bool {
+	parts := strings.SplitN(strings.TrimPrefix(version, "v"), ".", 3)
+	if len(parts) < 2 {
+		return false
+	}
+	major, err1 := strconv.Atoi(parts[0])
+	minor, err2 := strconv.Atoi(parts[1])
+	return err1 == nil && err2 == nil && (major > 2 || major == 2 && minor >= 12)
+}
+
+// MaxBatch leaves room for the marker in the server's batch size.
+func (w *walImpl) MaxBatch() int { return maxAtomicBatch - 1 }
+
+// Atomic reports whether the server stores batches atomically.
+func (w *walImpl) Atomic() bool { return w.o.atomic }
+
+func (w *walImpl) markSubject(chain string) (string, error) {
+	tok, err := EscapeChannel(chain)
+	if err != nil {
+		return "", fmt.Errorf("jetstream: channel %q: batch chain: %w", w.n.channel, err)
+	}
+	return w.n.marks + "." + tok, nil
+}
+
+// ensureBatches makes a stream created before batches existed capture the
+// marker subjects (and allow atomic batches): once per WAL.
+func (w *walImpl) ensureBatches(ctx context.Context) error {
+	w.mu.Lock()
+	ready := w.batchReady
+	w.mu.Unlock()
+	if ready {
+		return nil
+	}
+	info, err := w.st.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("jetstream: channel %q: stream info: %w", w.n.channel, err)
+	}
+	cfg := info.Config
+	want := w.n.marks + ".*"
+	if !slices.Contains(cfg.Subjects, want) || (w.o.atomic && !cfg.AllowAtomicPublish) {
+		if !slices.Contains(cfg.Subjects, want) {
+			cfg.Subjects = append(cfg.Subjects, want)
+		}
+		cfg.AllowAtomicPublish = w.o.atomic
+		if _, err := w.o.js.UpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("jetstream: channel %q: enable batches on stream %s: %w", w.n.channel, w.n.stream, err)
+		}
+		w.log.Info("stream now takes batches", "stream", w.n.stream, "atomic", w.o.atomic)
+	}
+	w.mu.Lock()
+	w.batchReady = true
+	w.mu.Unlock()
+	return nil
+}
+
+// AppendBatch stores b (see the file comment).
+func (w *walImpl) AppendBatch(ctx context.Context, b walimpls.Batch) (walimpls.BatchResult, error) {
+	var res walimpls.BatchResult
+	if len(b.Messages) > w.MaxBatch() {
+		return res, walimpls.Permanent(fmt.Errorf("jetstream: append batch to channel %q: %d messages, at most %d", w.n.channel, len(b.Messages), w.MaxBatch()))
+	}
+	w.mu.Lock()
+	closed := w.closed
+	w.mu.Unlock()
+	if closed {
+		return res, fmt.Errorf("jetstream: append batch to channel %q: %w", w.n.channel, walimpls.ErrClosed)
+	}
+	ctx, cancel := w.o.reqCtx(ctx)
+	defer cancel()
+	subj, err := w.markSubject(b.Chain)
+	if err != nil {
+		return res, walimpls.Permanent(err)
+	}
+	if err := w.ensureBatches(ctx); err != nil {
+		return res, err
+	}
+	marker := &nats.Msg{Subject: subj, Data: b.Marker, Header: nats.Header{
+		jetstream.ExpectedLastSubjSeqHeader: []string{strconv.FormatUint(uint64(b.After), 10)},
+	}}
+	if w.o.atomic {
+		err = w.sendAtomic(b, marker)
+	} else {
+		res.FirstID, err = w.sendOneByOne(ctx, b)
+	}
+	if err != nil {
+		return res, err
+	}
+	reply, err := w.o.nc.RequestMsgWithContext(ctx, marker)
+	if err != nil {
+		return res, fmt.Errorf("jetstream: append batch to channel %q on %s: marker: %w", w.n.channel, w.o.cfg.URL, err)
+	}
+	seq, err := parsePubAck(reply)
+	if err != nil {
+		return res, w.batchErr(b, err)
+	}
+	res.MarkerID = message.MessageID(seq)
+	if n := len(b.Messages); n > 0 && w.o.atomic {
+		res.FirstID = res.MarkerID - message.MessageID(n) // one proposal: contiguous
+	}
+	return res, nil
+}
+
+// sendAtomic sends the batch's messages of an atomic batch, without
+// replies, and stamps the marker as its commit.
+func (w *walImpl) sendAtomic(b walimpls.Batch, marker *nats.Msg) error {
+	id := nuid.Next()
+	for i := range b.Messages {
+		m := encodeMessage(w.n.data, &b.Messages[i])
+		if m.Header == nil {
+			m.Header = nats.Header{}
+		}
+		m.Header[batchIDHeader] = []string{id}
+		m.Header[batchSeqHeader] = []string{strconv.Itoa(i + 1)}
+		if err := w.checkSize(m); err != nil {
+			return err
+		}
+		if err := w.o.nc.PublishMsg(m); err != nil {
+			return fmt.Errorf("jetstream: append batch to channel %q on %s: %w", w.n.channel, w.o.cfg.URL, err)
+		}
+	}
+	marker.Header[batchIDHeader] = []string{id}
+	marker.Header[batchSeqHeader] = []string{strconv.Itoa(len(b.Messages) + 1)}
+	marker.Header[batchCommitHeader] = []string{"1"}
+	return nil
+}
+
+// sendOneByOne appends the batch's messages with dedupe ids derived from
+// the chain, the marker and the index, waiting for each reply (servers
+// without atomic batches); it returns the first message's id.
+func (w *walImpl) sendOneByOne(ctx context.Context, b walimpls.Batch) (message.MessageID, error) {
+	sum := sha256.Sum256(b.Marker)
+	var first message.MessageID
+	for i := range b.Messages {
+		m := b.Messages[i]
+		m.DedupeID = fmt.Sprintf("%s/%x/%d", b.Chain, sum[:12], i)
+		id, err := w.Append(ctx, m)
+		if err != nil {
+			return 0, fmt.Errorf("jetstream: append batch to channel %q: message %d: %w", w.n.channel, i, err)
+		}
+		if i == 0 {
+			first = id
+		}
+	}
+	return first, nil
+}
+
+// Headers of atomic batches.
+const (
+	batchIDHeader     = "Nats-Batch-Id"
+	batchSeqHeader    = "Nats-Batch-Sequence"
+	batchCommitHeader = "Nats-Batch-Commit"
+)
+
+// Server error codes of atomic batches (nats.go has no constants).
+const (
+	errCodeBatchIncomplete jetstream.ErrorCode = 10176 // a message of the batch was lost on the way
+	errCodeBatchMissingSeq jetstream.ErrorCode = 10175
+)
+
+// batchErr maps the marker's error reply: the chain moved (ErrStaleChain);
+// a batch the server did not receive whole (retryable: resend it); any other
+// rejection of the request (permanent).
+func (w *walImpl) batchErr(b walimpls.Batch, err error) error {
+	var apiErr *jetstream.APIError
+	switch {
+	case isWrongLastSeq(err):
+		return fmt.Errorf("jetstream: append batch to channel %q: chain %s does not end at %d: %w: %w", w.n.channel, b.Chain, b.After, walimpls.ErrStaleChain, err)
+	case errors.As(err, &apiErr) && (apiErr.ErrorCode == errCodeBatchIncomplete || apiErr.ErrorCode == errCodeBatchMissingSeq):
+		return fmt.Errorf("jetstream: append batch to channel %q on %s: %w", w.n.channel, w.o.cfg.URL, err)
+	case errors.As(err, &apiErr) && apiErr.Code == http.StatusBadRequest:
+		return walimpls.Permanent(fmt.Errorf("jetstream: append batch to channel %q on %s: rejected: %w", w.n.channel, w.o.cfg.URL, err))
+	}
+	return fmt.Errorf("jetstream: append batch to channel %q on %s: %w", w.n.channel, w.o.cfg.URL, err)
+}
+
+// LastMarker reads the chain's last marker.
+func (w *walImpl) LastMarker(ctx context.Context, chain string) (walimpls.Marker, error) {
+	subj, err := w.markSubject(chain)
+	if err != nil {
+		return walimpls.Marker{}, walimpls.Permanent(err)
+	}
+	ctx, cancel := w.o.reqCtx(ctx)
+	defer cancel()
+	raw, err := w.st.GetLastMsgForSubject(ctx, subj)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return walimpls.Marker{}, nil
+	}
+	if err != nil {
+		return walimpls.Marker{}, fmt.Errorf("jetstream: channel %q: last marker of chain %s: %w", w.n.channel, chain, err)
+	}
+	return walimpls.Marker{ID: message.MessageID(raw.Sequence), Payload: raw.Data}, nil
+}
