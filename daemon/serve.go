@@ -167,6 +167,14 @@ func serve(ctx context.Context, cfg serveConfig, app shard.App, apps map[string]
 	}
 	defer func() { opener.Close(); log.Debug("WAL connection closed") }()
 	s.opener = opener
+	if si, ok := opener.(interface {
+		ServerInfo() (string, bool, bool)
+	}); ok {
+		if version, atomic, known := si.ServerInfo(); known && !atomic {
+			log.Warn("the NATS server has no atomic batches (nats-server 2.12 or newer has them): outputs are published one by one with dedupe ids, exactly once only while a failover completes within the streams' duplicate window (2 minutes); upgrade the server for exactly-once outputs regardless of time",
+				"server_version", version, "url", walURL)
+		}
+	}
 	if cfg.SnapshotStore != "none" {
 		dir := ""
 		if cfg.SnapshotStore == "dir" {

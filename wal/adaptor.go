@@ -127,3 +127,14 @@ func (o *opener) RemoveChannel(ctx context.Context, channel string) error {
 	}
 	return nil
 }
+
+// ServerInfo reports the backend server's version and whether it stores
+// batches atomically (walimpls.ServerInfo); ok is false when the backend
+// does not say.
+func (o *opener) ServerInfo() (version string, atomicBatches, ok bool) {
+	si, ok := o.impl.(walimpls.ServerInfo)
+	if !ok {
+		return "", false, false
+	}
+	return si.ServerVersion(), si.AtomicBatches(), true
+}

@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -74,11 +75,22 @@ func (s *Snapshotter) retain(ctx context.Context, ptr Pointer, log wal.WAL) (Ret
 	if log != nil && oldest > 0 {
 		first := firstID(ctx, log)
 		cut := oldest + 1
-		if err := log.Truncate(ctx, cut); err != nil {
+		err := log.Truncate(ctx, cut)
+		switch {
+		case errors.Is(err, errors.ErrUnsupported):
+			// The log cannot be truncated (an older server): it keeps
+			// growing, but a restore still replays only what follows the
+			// snapshot. Said once per snapshotter.
+			if !s.noTruncateWarned {
+				s.logger.Warn("the recovery log cannot be truncated; it keeps growing (snapshots still bound recovery)", "error", err)
+				s.noTruncateWarned = true
+			}
+			cut = 0
+		case err != nil:
 			return res, fmt.Errorf("snapshot: shard %s: truncate recovery log before %d: %w", shard, cut, err)
 		}
 		res.TruncatedBefore = cut
-		if first > 0 && cut > first {
+		if cut > 0 && first > 0 && cut > first {
 			truncatedMessages.WithLabelValues(shard).Add(float64(cut - first))
 		}
 		s.logger.Debug("recovery log truncated", "before", cut, "oldest_kept", kept[len(kept)-1].ID)

@@ -130,6 +130,8 @@ type Snapshotter struct {
 
 	mu   sync.Mutex // one Take or Retain at a time
 	sums map[fileKey]string
+	// noTruncateWarned: the log's backend cannot truncate, already said.
+	noTruncateWarned bool
 }
 
 // NewSnapshotter checks cfg and clears stale checkpoints from ScratchDir.

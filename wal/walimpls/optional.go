@@ -155,3 +155,12 @@ type BatchAppender interface {
 	// window; see the backend's doc).
 	Atomic() bool
 }
+
+// ServerInfo is optionally implemented by an OpenerImpls: what the backend
+// server is, for operators (serve warns when batches are not atomic).
+type ServerInfo interface {
+	// ServerVersion is the connected server's version, e.g. "2.12.1".
+	ServerVersion() string
+	// AtomicBatches reports whether the server stores batches atomically.
+	AtomicBatches() bool
+}

@@ -46,16 +46,20 @@ const maxAtomicBatch = 1000
 
 var _ walimpls.BatchAppender = (*walImpl)(nil)
 
-// atomicBatches reports whether a server version ("2.12.1") has atomic
+// AtomicBatchesIn reports whether a server version ("2.12.1") has atomic
 // batches.
-func atomicBatches(version string) bool {
+func AtomicBatchesIn(version string) bool { return versionAtLeast(version, 2, 12) }
+
+// versionAtLeast reports whether version ("2.12.1", "v2.9.10") is at least
+// major.minor; an unreadable version is not.
+func versionAtLeast(version string, major, minor int) bool {
 	parts := strings.SplitN(strings.TrimPrefix(version, "v"), ".", 3)
 	if len(parts) < 2 {
 		return false
 	}
-	major, err1 := strconv.Atoi(parts[0])
-	minor, err2 := strconv.Atoi(parts[1])
-	return err1 == nil && err2 == nil && (major > 2 || major == 2 && minor >= 12)
+	ma, err1 := strconv.Atoi(parts[0])
+	mi, err2 := strconv.Atoi(parts[1])
+	return err1 == nil && err2 == nil && (ma > major || ma == major && mi >= minor)
 }
 
 // MaxBatch leaves room for the marker in the server's batch size.
@@ -130,7 +134,7 @@ func (w *walImpl) AppendBatch(ctx context.Context, b walimpls.Batch) (walimpls.B
 	if w.o.atomic {
 		err = w.sendAtomic(b, marker)
 	} else {
-		res.FirstID, err = w.sendOneByOne(ctx, b)
+		res.FirstID, err = w.sendOneByOne(ctx, b, subj)
 	}
 	if err != nil {
 		return res, err
@@ -176,8 +180,18 @@ func (w *walImpl) sendAtomic(b walimpls.Batch, marker *nats.Msg) error {
 
 // sendOneByOne appends the batch's messages with dedupe ids derived from
 // the chain, the marker and the index, waiting for each reply (servers
-// without atomic batches); it returns the first message's id.
-func (w *walImpl) sendOneByOne(ctx context.Context, b walimpls.Batch) (message.MessageID, error) {
+// without atomic batches); it returns the first message's id. It first
+// checks the chain's position, so a stale batch stores nothing; two writers
+// that pass the check together hold the same batch (the next one after the
+// same marker), whose messages the dedupe ids store once.
+func (w *walImpl) sendOneByOne(ctx context.Context, b walimpls.Batch, subj string) (message.MessageID, error) {
+	last, err := w.lastMarker(ctx, subj, b.Chain)
+	if err != nil {
+		return 0, err
+	}
+	if last.ID != b.After {
+		return 0, fmt.Errorf("jetstream: append batch to channel %q: chain %s ends at %d, not %d: %w", w.n.channel, b.Chain, last.ID, b.After, walimpls.ErrStaleChain)
+	}
 	sum := sha256.Sum256(b.Marker)
 	var first message.MessageID
 	for i := range b.Messages {
@@ -231,6 +245,10 @@ func (w *walImpl) LastMarker(ctx context.Context, chain string) (walimpls.Marker
 	}
 	ctx, cancel := w.o.reqCtx(ctx)
 	defer cancel()
+	return w.lastMarker(ctx, subj, chain)
+}
+
+func (w *walImpl) lastMarker(ctx context.Context, subj, chain string) (walimpls.Marker, error) {
 	raw, err := w.st.GetLastMsgForSubject(ctx, subj)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return walimpls.Marker{}, nil
@@ -240,3 +258,9 @@ func (w *walImpl) LastMarker(ctx context.Context, chain string) (walimpls.Marker
 	}
 	return walimpls.Marker{ID: message.MessageID(raw.Sequence), Payload: raw.Data}, nil
 }
+
+// ServerVersion is the connected server's version.
+func (o *opener) ServerVersion() string { return o.nc.ConnectedServerVersion() }
+
+// AtomicBatches reports whether the server has atomic batches.
+func (o *opener) AtomicBatches() bool { return o.atomic }

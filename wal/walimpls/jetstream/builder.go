@@ -60,7 +60,8 @@ func (b *Builder) Build() (walimpls.OpenerImpls, error) {
 	}
 	maxPayload.Store(nc.MaxPayload())
 	o := &opener{cfg: cfg, nc: nc, log: log, wals: map[*walImpl]struct{}{}, maxPayload: &maxPayload,
-		atomic: atomicBatches(nc.ConnectedServerVersion()),
+		atomic:    AtomicBatchesIn(nc.ConnectedServerVersion()),
+		metadata:  versionAtLeast(nc.ConnectedServerVersion(), 2, 10),
 		stopWatch: make(chan struct{}), watchDone: make(chan struct{})}
 	if err := o.startFast(); err != nil {
 		nc.Close()
@@ -112,6 +113,9 @@ type opener struct {
 	fast fastPub
 	// atomic: the server stores batches atomically (nats-server >= 2.12).
 	atomic bool
+	// metadata: the server keeps stream metadata (>= 2.10), where Truncate
+	// records the truncation point.
+	metadata bool
 	// maxPayload caches the server's max_payload (refreshed on reconnect),
 	// read on every append without taking the connection's lock.
 	maxPayload *atomic.Int64
@@ -185,10 +189,10 @@ func (o *opener) ensureStream(ctx context.Context, n names) (jetstream.Stream, e
 			Subjects:    []string{n.data, n.fence, n.marks + ".*"},
 			// Atomic batches (batch.go), where the server has them.
 			AllowAtomicPublish: o.atomic,
-			Retention:   jetstream.LimitsPolicy,
-			Storage:     storage,
-			Replicas:    o.cfg.Replicas,
-			Duplicates:  o.cfg.DuplicateWindow,
+			Retention:          jetstream.LimitsPolicy,
+			Storage:            storage,
+			Replicas:           o.cfg.Replicas,
+			Duplicates:         o.cfg.DuplicateWindow,
 			// Direct gets may be answered by any replica, which can lag the
 			// leader: LastID must cover every acknowledged append and a
 			// fence read must never miss a newer term, so replicated

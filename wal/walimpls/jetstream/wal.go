@@ -188,6 +188,12 @@ func (w *walImpl) Truncate(ctx context.Context, id message.MessageID) error {
 	if id <= 1 {
 		return nil
 	}
+	if !w.o.metadata {
+		// Without the recorded point a read from a removed position would
+		// silently start at the first message left: refuse instead.
+		return walimpls.Permanent(fmt.Errorf("jetstream: truncate channel %q: nats-server %s keeps no stream metadata, where the truncation point is recorded (2.10 or newer does): %w",
+			w.n.channel, w.o.nc.ConnectedServerVersion(), errors.ErrUnsupported))
+	}
 	ctx, cancel := w.o.reqCtx(ctx)
 	defer cancel()
 	w.o.truncMu.Lock()
