@@ -88,7 +88,8 @@ func (d *drainer) enqueue(ctx context.Context, t *outTxn) error {
 }
 
 // run publishes pending (the outbox rows left by earlier primaries, in
-// txn order), then what the loop enqueues, until ctx ends.
+// txn order), then what the loop enqueues, until ctx ends (or the queue is
+// closed: then once it is drained).
 func (d *drainer) run(ctx context.Context, pending []*outTxn) {
 	defer close(d.done)
 	defer func() {
@@ -106,7 +107,10 @@ func (d *drainer) run(ctx context.Context, pending []*outTxn) {
 		select {
 		case <-ctx.Done():
 			return
-		case t := <-d.queue:
+		case t, ok := <-d.queue:
+			if !ok {
+				return
+			}
 			if err := d.publish(ctx, t); err != nil {
 				d.err = err
 				return
