@@ -3,6 +3,8 @@ package shard
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/consumerd/consumerd/internal/ident"
 )
@@ -33,6 +35,17 @@ type App struct {
 	// Merge combines one key's values from two shards (wordcount: the sum).
 	// Optional; without it a key found on several shards is an error.
 	Merge func(a, b string) (string, error)
+	// KeyedBy names the topic (one of Topics) whose partitioning places a
+	// key: the app keeps key K only on the shards that read partition
+	// topic.PartitionFor(K, N) of KeyedBy, N being that topic's partition
+	// count (the hash publish routes by). A key query (`consumerd query
+	// --key`, /v1/query?app=A&key=K) then asks only those shards. Set it
+	// when the app's state for a key comes only from messages with that
+	// key, e.g. a last-value-per-key store. Empty (wordcount: it counts a
+	// token on every shard that saw it) means a key query asks every shard
+	// of the app and merges the answers. Keys and values are strings
+	// holding any bytes, UTF-8 or not.
+	KeyedBy string
 }
 
 // Validate checks that the app can be registered.
@@ -50,6 +63,9 @@ func (a App) Validate() error {
 		if err := ident.Check(t); err != nil {
 			return fmt.Errorf("app %q: topics[%d]: %w", a.Name, i, err)
 		}
+	}
+	if a.KeyedBy != "" && !slices.Contains(a.Topics, a.KeyedBy) {
+		return fmt.Errorf("app %q: keyed by %q: not one of its topics (%s)", a.Name, a.KeyedBy, strings.Join(a.Topics, ", "))
 	}
 	return nil
 }

@@ -145,6 +145,14 @@ func TestAppSpecsFor(t *testing.T) {
 	if err := (App{Name: "x", Topics: []string{"t"}}).Validate(); err == nil || !strings.Contains(err.Error(), "NewConsumer") {
 		t.Fatalf("nil NewConsumer: %v", err)
 	}
+	keyed := App{Name: "kv", Topics: []string{"a", "b"}, KeyedBy: "b", NewConsumer: app.NewConsumer}
+	if err := keyed.Validate(); err != nil {
+		t.Fatalf("keyed by one of its topics: %v", err)
+	}
+	keyed.KeyedBy = "c"
+	if err := keyed.Validate(); err == nil || err.Error() != `app "kv": keyed by "c": not one of its topics (a, b)` {
+		t.Fatalf("keyed by another topic: %v", err)
+	}
 }
 
 func TestTxnPolicy(t *testing.T) {
