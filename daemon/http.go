@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -58,17 +59,69 @@ type StatusReplica struct {
 }
 
 // QueryResponse is the body of GET /v1/query, exported as that endpoint's
-// JSON contract for Go clients that decode it.
+// JSON contract for Go clients that decode it. Keys and values are bytes
+// (any, UTF-8 or not): each travels as "key" / "value" when its bytes are
+// valid UTF-8 and as "key_b64" / "value_b64" (standard base64) otherwise,
+// exactly one of each pair (see jsonBytes).
 type QueryResponse struct {
 	App string `json:"app"`
-	Key string `json:"key,omitempty"`
-	// Shards holds each answering shard's values: key -> value.
-	Shards map[string]map[string]string `json:"shards"`
-	// Value is, for a key query over all shards (no shard parameter), the
-	// key's values merged with the app's Merge; Found says whether any shard
-	// had the key.
-	Value *string `json:"value,omitempty"`
-	Found *bool   `json:"found,omitempty"`
+	// Key or KeyB64 is the key asked for, on key queries.
+	Key    *string `json:"key,omitempty"`
+	KeyB64 *string `json:"key_b64,omitempty"`
+	// Shards holds each asked shard's entries, sorted by key bytes. A key
+	// query of a shard that lacks the key has an empty list.
+	Shards map[string][]QueryEntry `json:"shards"`
+	// Found, and Value or ValueB64 when found, answer a key query over the
+	// app (no shard parameter): whether any asked shard had the key, and
+	// its values merged with the app's Merge.
+	Found    *bool   `json:"found,omitempty"`
+	Value    *string `json:"value,omitempty"`
+	ValueB64 *string `json:"value_b64,omitempty"`
+}
+
+// QueryEntry is one key and its value in QueryResponse.Shards.
+type QueryEntry struct {
+	Key      *string `json:"key,omitempty"`
+	KeyB64   *string `json:"key_b64,omitempty"`
+	Value    *string `json:"value,omitempty"`
+	ValueB64 *string `json:"value_b64,omitempty"`
+}
+
+// queryEntries renders one shard's values as entries sorted by key bytes.
+func queryEntries(vals map[string]string) []QueryEntry {
+	keys := make([]string, 0, len(vals))
+	for k := range vals {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := make([]QueryEntry, len(keys))
+	for i, k := range keys {
+		var e QueryEntry
+		e.Key, e.KeyB64 = jsonBytes(k)
+		e.Value, e.ValueB64 = jsonBytes(vals[k])
+		out[i] = e
+	}
+	return out
+}
+
+// entryValues is the inverse of queryEntries.
+func entryValues(es []QueryEntry) (map[string]string, error) {
+	vals := make(map[string]string, len(es))
+	for i, e := range es {
+		k, err := fromJSONBytes("key", e.Key, e.KeyB64)
+		if err != nil {
+			return nil, fmt.Errorf("entry %d: %w", i, err)
+		}
+		v, err := fromJSONBytes("value", e.Value, e.ValueB64)
+		if err != nil {
+			return nil, fmt.Errorf("entry %d (key %s): %w", i, describeKey(k), err)
+		}
+		if _, dup := vals[k]; dup {
+			return nil, fmt.Errorf("entry %d: key %s appears twice", i, describeKey(k))
+		}
+		vals[k] = v
+	}
+	return vals, nil
 }
 
 type errorBody struct {
@@ -192,23 +245,29 @@ func httpError(w http.ResponseWriter, code int, format string, args ...any) {
 	writeJSONResponse(w, code, errorBody{Error: fmt.Sprintf(format, args...)})
 }
 
-// query implements GET /v1/query:
+// query implements GET /v1/query (K is key=K, raw bytes percent-encoded,
+// or key_b64=B, base64: see decodeBase64Param):
 //
 //	?app=A&shard=S&key=K   K's value on shard S (forwarded once to S's primary)
 //	?app=A&shard=S&all=1   every key/value on shard S (forwarded likewise)
-//	?app=A&key=K           K's value merged over every shard of A (fan-out)
+//	?app=A&key=K           K's value merged over the shards routeQuery picks
 //	?app=A&all=1           every key/value of this member's primaries of A
 func (s *server) query(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	appName, shardID, key := q.Get("app"), q.Get("shard"), q.Get("key")
+	appName, shardID := q.Get("app"), q.Get("shard")
 	all := q.Get("all") == "1" || q.Get("all") == "true"
 	app, ok := s.apps[appName]
 	if !ok {
 		httpError(w, http.StatusNotFound, "unknown app %q", appName)
 		return
 	}
-	if all == q.Has("key") {
-		httpError(w, http.StatusBadRequest, "give exactly one of key=K or all=1")
+	key, hasKey, err := keyParam(q)
+	if err != nil {
+		httpError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	if all == hasKey {
+		httpError(w, http.StatusBadRequest, "give exactly one of key=K, key_b64=B or all=1")
 		return
 	}
 	sess := s.sess.Load()
@@ -216,7 +275,10 @@ func (s *server) query(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusServiceUnavailable, "member has no live session")
 		return
 	}
-	resp := QueryResponse{App: appName, Key: key, Shards: map[string]map[string]string{}}
+	resp := QueryResponse{App: appName, Shards: map[string][]QueryEntry{}}
+	if hasKey {
+		resp.Key, resp.KeyB64 = jsonBytes(key)
+	}
 	switch {
 	case shardID != "":
 		vals, local, err := s.queryLocal(sess, app, shardID, key, all)
@@ -228,7 +290,7 @@ func (s *server) query(w http.ResponseWriter, r *http.Request) {
 			s.forward(w, r, sess, shardID)
 			return
 		}
-		resp.Shards[shardID] = vals
+		resp.Shards[shardID] = queryEntries(vals)
 	case all:
 		for _, ri := range sess.svc.Status() {
 			if ri.App != appName || ri.Slot != 0 || ri.State != allocator.StatePrimary {
@@ -240,20 +302,54 @@ func (s *server) query(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			if local {
-				resp.Shards[ri.Shard] = vals
+				resp.Shards[ri.Shard] = queryEntries(vals)
 			}
 		}
 	default:
 		snap := sess.member.KeySpace().Snapshot()
-		merged, err := gather(r.Context(), s.http, snap, app, key, false)
+		route, err := routeQuery(r.Context(), s.client, s.cfg.EtcdPrefix, snap, app, key, false)
 		if err != nil {
 			httpError(w, http.StatusServiceUnavailable, "%v", err)
 			return
 		}
+		per, err := gather(r.Context(), s.http, snap, app, route.Shards, key, false)
+		if err != nil {
+			httpError(w, http.StatusServiceUnavailable, "%v", err)
+			return
+		}
+		merged, err := mergeShards(app, route.Shards, per)
+		if err != nil {
+			httpError(w, http.StatusInternalServerError, "%v", err)
+			return
+		}
+		for id, vals := range per {
+			resp.Shards[id] = queryEntries(vals)
+		}
 		v, found := merged[key]
-		resp.Value, resp.Found = &v, &found
+		resp.Found = &found
+		if found {
+			resp.Value, resp.ValueB64 = jsonBytes(v)
+		}
 	}
 	writeJSONResponse(w, http.StatusOK, resp)
+}
+
+// keyParam is a query's key: key=K (any bytes, percent-encoded) or
+// key_b64=B. hasKey is false when neither is given.
+func keyParam(q url.Values) (key string, hasKey bool, err error) {
+	switch {
+	case q.Has("key") && q.Has("key_b64"):
+		return "", false, errBothKeys
+	case q.Has("key_b64"):
+		k, err := decodeBase64Param(q.Get("key_b64"))
+		if err != nil {
+			return "", false, fmt.Errorf("key_b64=%s: not base64: %w", q.Get("key_b64"), err)
+		}
+		return k, true, nil
+	case q.Has("key"):
+		return q.Get("key"), true, nil
+	}
+	return "", false, nil
 }
 
 // queryLocal answers from a local primary; local is false when shardID is not
@@ -322,19 +418,13 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request, sess *session, 
 	_, _ = io.Copy(w, resp.Body)
 }
 
-// gather asks every shard of app for key (or, when all, every key) from the
-// shard's primary, and merges values of equal keys with app.Merge. It fails
-// when a shard has no primary or does not answer, so a result is never
-// silently partial.
-func gather(ctx context.Context, hc *http.Client, snap allocator.Snapshot, app shard.App, key string, all bool) (map[string]string, error) {
-	var ids []string // sorted: shard.Specs is
-	for _, sp := range shard.Specs(snap) {
-		if sp.App == app.Name && !sp.Disable {
-			ids = append(ids, sp.ID)
-		}
-	}
+// gather asks each shard of ids (of app) for key (or, when all, every key)
+// from the shard's primary, and returns each shard's values. It fails when
+// a shard has no primary or does not answer, so a result is never silently
+// partial.
+func gather(ctx context.Context, hc *http.Client, snap allocator.Snapshot, app shard.App, ids []string, key string, all bool) (map[string]map[string]string, error) {
 	if len(ids) == 0 {
-		return nil, fmt.Errorf("app %s has no shards", app.Name)
+		return nil, fmt.Errorf("app %s: no shard to ask", app.Name)
 	}
 	type answer struct {
 		id   string
@@ -369,7 +459,7 @@ func gather(ctx context.Context, hc *http.Client, snap allocator.Snapshot, app s
 		}
 		return nil, errors.New(strings.Join(msgs, "; "))
 	}
-	return mergeShards(app, ids, per)
+	return per, nil
 }
 
 // mergeShards merges per-shard values in shard id order (pure).
@@ -384,11 +474,11 @@ func mergeShards(app shard.App, ids []string, per map[string]map[string]string) 
 				continue
 			}
 			if app.Merge == nil {
-				return nil, fmt.Errorf("key %q is on shards %s and %s, and app %s has no Merge", k, from[k], id, app.Name)
+				return nil, fmt.Errorf("key %s is on shards %s and %s, and app %s has no Merge", describeKey(k), from[k], id, app.Name)
 			}
 			m, err := app.Merge(prev, v)
 			if err != nil {
-				return nil, fmt.Errorf("merging key %q of shard %s: %w", k, id, err)
+				return nil, fmt.Errorf("merging key %s of shard %s: %w", describeKey(k), id, err)
 			}
 			out[k] = m
 		}
@@ -412,7 +502,7 @@ func queryShard(ctx context.Context, hc *http.Client, snap allocator.Snapshot, a
 	if all {
 		v.Set("all", "1")
 	} else {
-		v.Set("key", key)
+		v.Set("key_b64", base64.RawURLEncoding.EncodeToString([]byte(key)))
 	}
 	u := ep + "/v1/query?" + v.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
@@ -436,9 +526,13 @@ func queryShard(ctx context.Context, hc *http.Client, snap allocator.Snapshot, a
 	if err := json.NewDecoder(resp.Body).Decode(&qr); err != nil {
 		return nil, fmt.Errorf("shard %s: decoding answer of %s: %w", id, ep, err)
 	}
-	vals, ok := qr.Shards[id]
+	es, ok := qr.Shards[id]
 	if !ok {
 		return nil, fmt.Errorf("shard %s: primary at %s did not answer for it", id, ep)
+	}
+	vals, err := entryValues(es)
+	if err != nil {
+		return nil, fmt.Errorf("shard %s: answer of %s: %w", id, ep, err)
 	}
 	return vals, nil
 }

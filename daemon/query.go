@@ -1,7 +1,9 @@
 package daemon
 
 import (
+	"bufio"
 	"context"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,15 +16,25 @@ import (
 
 func newQueryCommand(opts Options) *cobra.Command {
 	var cf clientFlags
-	var appName, key string
-	var all bool
+	var appName, key, keyHex string
+	var all, hexKeys bool
 	cmd := &cobra.Command{
-		Use:   "query --app A (--key K | --all)",
+		Use:   "query --app A (--key K | --key-hex HEX | --all [--hex-keys])",
 		Short: "Read an app's state from its shard primaries over HTTP",
-		Long: `query asks the primary of every shard of app A (found in etcd) over HTTP and
-merges the answers with the app's Merge (wordcount sums the counts).
-  --key K   prints K's merged value; exit 1 when no shard has K
-  --all     prints every key and its merged value, "key value" per line, sorted by key
+		Long: `query asks the shard primaries of app A (found in etcd) over HTTP and merges the
+answers with the app's Merge (wordcount sums the counts).
+  --key K         prints K's merged value; exit 1 when no shard has K. The
+                  empty key (--key "") is a key like any other.
+  --key-hex HEX   the same for the key whose bytes are HEX (e.g. ff00 for the
+                  two bytes 0xff 0x00): for keys that are not text
+  --all           prints every key and its merged value, "key value" per
+                  line, sorted by the keys' bytes; keys and values are
+                  written as their raw bytes, so a key that is not UTF-8 or
+                  holds a space or a control character is ambiguous there
+                  (a warning says how many): --hex-keys prints each key as
+                  hex instead (the empty key as an empty field)
+A key query of an app keyed by a topic (App.KeyedBy) asks only the shard(s)
+reading the key's partition of that topic; other queries ask every shard.
 A shard without a serving primary is an error (after retrying for --dial-timeout,
 as during a failover): the answer is never partial.`,
 		Args: cobra.NoArgs,
@@ -31,8 +43,19 @@ as during a failover): the answer is never partial.`,
 			if err != nil {
 				return usageError{fmt.Errorf("--app: %w", err)}
 			}
-			if all == cmd.Flags().Changed("key") {
-				return usagef("give exactly one of --key K or --all")
+			byKey, byHex := cmd.Flags().Changed("key"), cmd.Flags().Changed("key-hex")
+			if n := btoi(all) + btoi(byKey) + btoi(byHex); n != 1 {
+				return usagef("give exactly one of --key K, --key-hex HEX or --all")
+			}
+			if byHex {
+				b, err := hex.DecodeString(keyHex)
+				if err != nil {
+					return usagef("--key-hex: %q is not hex (two digits 0-9a-f per byte): %v", keyHex, err)
+				}
+				key = string(b)
+			}
+			if hexKeys && !all {
+				return usagef("--hex-keys: only with --all")
 			}
 			ctx := cmd.Context()
 			cli, err := cf.etcd(ctx)
@@ -45,16 +68,23 @@ as during a failover): the answer is never partial.`,
 			hc := &http.Client{Timeout: 4 * cf.dialTimeout}
 			deadline := time.Now().Add(cf.dialTimeout)
 			var vals map[string]string
+			var route queryRoute
 			wait := retry.Policy{Initial: 100 * time.Millisecond, Max: 500 * time.Millisecond}.Start()
 			for {
 				snap, err := loadSnapshot(ctx, cli, cf.etcdPrefix)
 				if err != nil {
 					return err
 				}
+				if route, err = routeQuery(ctx, cli, cf.etcdPrefix, snap, app, key, all); err != nil {
+					return err
+				}
 				qctx, cancel := context.WithTimeout(ctx, 4*cf.dialTimeout)
-				vals, err = gather(qctx, hc, snap, app, key, all)
+				per, err := gather(qctx, hc, snap, app, route.Shards, key, all)
 				cancel()
 				if err == nil {
+					if vals, err = mergeShards(app, route.Shards, per); err != nil {
+						return err
+					}
 					break
 				}
 				if time.Now().After(deadline) || wait.Wait(ctx, nil) != nil {
@@ -62,35 +92,61 @@ as during a failover): the answer is never partial.`,
 				}
 			}
 			if all {
-				return writeKeyValues(cmd.OutOrStdout(), vals)
+				ambiguous, err := writeKeyValues(cmd.OutOrStdout(), vals, hexKeys)
+				if err == nil && ambiguous > 0 {
+					fmt.Fprintf(cmd.ErrOrStderr(), "WARNING: %d key(s) are empty, not UTF-8, or hold a space or control character: their lines are ambiguous; --hex-keys prints keys as hex\n", ambiguous)
+				}
+				return err
 			}
 			v, ok := vals[key]
 			if !ok {
-				return fmt.Errorf("key %q not found in app %s", key, app.Name)
+				return fmt.Errorf("key %s not found in app %s (%s)", describeKey(key), app.Name, route)
 			}
-			_, err = fmt.Fprintln(cmd.OutOrStdout(), v)
-			return err
+			w := bufio.NewWriter(cmd.OutOrStdout())
+			_, _ = w.WriteString(v)
+			_ = w.WriteByte('\n')
+			return w.Flush()
 		},
 	}
 	cf.bind(cmd.Flags())
 	cmd.Flags().StringVar(&appName, "app", "", "application to query (required)")
 	cmd.Flags().StringVar(&key, "key", "", "key to look up")
+	cmd.Flags().StringVar(&keyHex, "key-hex", "", "key to look up, as hex of its bytes (for keys that are not text)")
 	cmd.Flags().BoolVar(&all, "all", false, "print every key")
+	cmd.Flags().BoolVar(&hexKeys, "hex-keys", false, "with --all: print each key as hex of its bytes")
 	_ = cmd.MarkFlagRequired("app")
 	return cmd
 }
 
-// writeKeyValues prints "key value" lines sorted by key.
-func writeKeyValues(w io.Writer, vals map[string]string) error {
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// writeKeyValues prints "key value" lines sorted by key bytes, each key as
+// its raw bytes or, with hexKeys, as hex. It returns how many keys print
+// ambiguously as raw bytes (see plainKey); none do as hex.
+func writeKeyValues(w io.Writer, vals map[string]string, hexKeys bool) (ambiguous int, err error) {
 	keys := make([]string, 0, len(vals))
 	for k := range vals {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
+	bw := bufio.NewWriter(w)
 	for _, k := range keys {
-		if _, err := fmt.Fprintf(w, "%s %s\n", k, vals[k]); err != nil {
-			return err
+		if hexKeys {
+			_, _ = bw.WriteString(hex.EncodeToString([]byte(k)))
+		} else {
+			if !plainKey(k) {
+				ambiguous++
+			}
+			_, _ = bw.WriteString(k)
 		}
+		_ = bw.WriteByte(' ')
+		_, _ = bw.WriteString(vals[k])
+		_ = bw.WriteByte('\n')
 	}
-	return nil
+	return ambiguous, bw.Flush()
 }

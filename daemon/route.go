@@ -1,0 +1,86 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/consumerd/consumerd/allocator"
+	"github.com/consumerd/consumerd/shard"
+	"github.com/consumerd/consumerd/topic"
+)
+
+// queryRoute is the set of shards a query asks, and why.
+type queryRoute struct {
+	// Shards are the shard ids to ask, sorted.
+	Shards []string
+	// Topic and Partition are, for a key query of an app keyed by a topic
+	// (App.KeyedBy), the partition that places the key; Topic is "" when
+	// the query fans out to every shard of the app.
+	Topic     string
+	Partition int
+}
+
+// String says which shards the route asks, for messages.
+func (r queryRoute) String() string {
+	if r.Topic == "" {
+		return fmt.Sprintf("asked all %d shard(s)", len(r.Shards))
+	}
+	return fmt.Sprintf("asked %s: it reads partition %d of topic %s, where publish places the key", strings.Join(r.Shards, ", "), r.Partition, r.Topic)
+}
+
+// routeQuery is the one routing rule of key and scan queries, used by the
+// CLI (`consumerd query`) and the member's own fan-out (/v1/query without
+// shard=): a key query of an app keyed by a topic (App.KeyedBy) asks only
+// the enabled shards that read partition topic.PartitionFor(key, N) of that
+// topic, N from the topic's record in etcd (the same hash publish routes
+// by); every other query asks every enabled shard of the app.
+func routeQuery(ctx context.Context, cli *clientv3.Client, root string, snap allocator.Snapshot, app shard.App, key string, all bool) (queryRoute, error) {
+	var every, owners, disabled []string
+	var r queryRoute
+	if !all && app.KeyedBy != "" {
+		d, err := getTopic(ctx, cli, root, app.KeyedBy)
+		if err != nil {
+			return queryRoute{}, fmt.Errorf("app %s is keyed by topic %s: %w", app.Name, app.KeyedBy, err)
+		}
+		r.Topic, r.Partition = d.Name, topic.PartitionFor(key, d.Partitions)
+	}
+	for _, sp := range shard.Specs(snap) { // sorted by id
+		if sp.App != app.Name {
+			continue
+		}
+		reads := false
+		for _, src := range sp.Sources {
+			reads = reads || (src.Topic == r.Topic && src.Partition == r.Partition)
+		}
+		if sp.Disable {
+			if reads {
+				disabled = append(disabled, sp.ID)
+			}
+			continue
+		}
+		every = append(every, sp.ID)
+		if reads {
+			owners = append(owners, sp.ID)
+		}
+	}
+	if len(every) == 0 {
+		return queryRoute{}, fmt.Errorf("app %s has no shards", app.Name)
+	}
+	if r.Topic == "" {
+		r.Shards = every
+		return r, nil
+	}
+	if len(owners) == 0 {
+		if len(disabled) > 0 {
+			return queryRoute{}, fmt.Errorf("key %s is placed in partition %d of topic %s, which only disabled shard(s) %s of app %s read",
+				describeKey(key), r.Partition, r.Topic, strings.Join(disabled, ", "), app.Name)
+		}
+		return queryRoute{}, fmt.Errorf("key %s is placed in partition %d of topic %s, which no shard of app %s reads",
+			describeKey(key), r.Partition, r.Topic, app.Name)
+	}
+	r.Shards = owners
+	return r, nil
+}
