@@ -374,6 +374,19 @@ func TestRunUsageErrors(t *testing.T) {
 		{[]string{"publish", "--topic", "words", "--wal.namespace", "a.b"}, nil, `--wal.namespace: namespace "a.b": illegal byte '.'`},
 		{[]string{"shards", "list", "--etcd.prefix", "/KV"}, nil, `--etcd.prefix: etcd prefix "/KV" gives namespace "KV": reserved`},
 		{[]string{"shards", "recover", "--shard", "s", "--dir", "x"}, map[string]string{"CONSUMERD_WAL_NAMESPACE": "OBJ"}, `--wal.namespace: namespace "OBJ": reserved`},
+		{[]string{"read"}, nil, "topic"},
+		{[]string{"read", "--topic", "t", "--from", "5"}, nil, "--from 5: a message id is a position in one partition; give --partition"},
+		{[]string{"read", "--topic", "t", "--from", "soon"}, nil, `--from: "soon" is not start, end or a message id`},
+		{[]string{"read", "--topic", "t", "--partition", "0", "--from", "0"}, nil, `--from: "0" is not start, end or a message id`},
+		{[]string{"read", "--topic", "t", "--partition", "-1"}, nil, "--partition: -1 must be 0 or more"},
+		{[]string{"read", "--topic", "t", "-o", "yaml"}, nil, `-o: "yaml" must be one of lines, json`},
+		{[]string{"read", "--topic", "a/b"}, nil, "--topic"},
+		{[]string{"query", "--app", "wordcount"}, nil, "give exactly one of --key K, --key-hex HEX or --all"},
+		{[]string{"query", "--app", "wordcount", "--key", "a", "--key-hex", "61"}, nil, "give exactly one of"},
+		{[]string{"query", "--app", "wordcount", "--key", "a", "--all"}, nil, "give exactly one of"},
+		{[]string{"query", "--app", "wordcount", "--key-hex", "zz"}, nil, `--key-hex: "zz" is not hex`},
+		{[]string{"query", "--app", "wordcount", "--key-hex", "abc"}, nil, `--key-hex: "abc" is not hex`},
+		{[]string{"query", "--app", "wordcount", "--key", "a", "--hex-keys"}, nil, "--hex-keys: only with --all"},
 	}
 	for _, tc := range cases {
 		var out, errb bytes.Buffer

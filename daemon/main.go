@@ -207,6 +207,7 @@ A flag given on the command line wins over its environment variable.`,
 	root.AddCommand(newTopicsCommand(opts))
 	root.AddCommand(newMembersCommand(opts))
 	root.AddCommand(newPublishCommand(opts))
+	root.AddCommand(newReadCommand(opts))
 	root.AddCommand(newQueryCommand(opts))
 
 	var annotate func(c *cobra.Command)

@@ -2,8 +2,10 @@ package daemon
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"regexp"
 	"strings"
@@ -21,19 +23,29 @@ import (
 type cli struct {
 	t          *testing.T
 	etcd, nats string
+	// apps are the binary's apps (default: wordcount).
+	apps []shard.App
 }
 
 func newCLI(t *testing.T) *cli {
 	t.Helper()
-	return &cli{t: t, etcd: strings.Join(etcdtest.StartServer(t), ","), nats: natstest.Start(t)}
+	return &cli{t: t, etcd: strings.Join(etcdtest.StartServer(t), ","), nats: natstest.Start(t), apps: []shard.App{wordcount.App()}}
 }
 
 // run returns stdout, stderr and the exit code.
 func (c *cli) run(stdin string, args ...string) (string, string, int) {
-	var out, errb bytes.Buffer
+	var out bytes.Buffer
+	errs, code := c.runTo(c.t.Context(), &out, stdin, args...)
+	return out.String(), errs, code
+}
+
+// runTo runs with ctx, writing stdout to out; it returns stderr and the
+// exit code.
+func (c *cli) runTo(ctx context.Context, out io.Writer, stdin string, args ...string) (string, int) {
+	var errb bytes.Buffer
 	args = append(args, "--etcd.endpoints", c.etcd, "--wal.url", c.nats)
-	code := Run(c.t.Context(), args, Options{Apps: []shard.App{wordcount.App()}, Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errb})
-	return out.String(), errb.String(), code
+	code := Run(ctx, args, Options{Apps: c.apps, Stdin: strings.NewReader(stdin), Stdout: out, Stderr: &errb})
+	return errb.String(), code
 }
 
 // ok runs and fails the test unless the command succeeds.
