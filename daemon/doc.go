@@ -1,5 +1,5 @@
 // Package daemon is the consumerd command line: the `serve` member process
-// and the client subcommands (shards, members, publish, query), as specified
+// and the client subcommands (shards, topics, members, publish, read, query), as specified
 // in DESIGN.md §7. cmd/consumerd is a one-line main around it; a team that
 // writes its own application builds its own daemon the same way:
 //
@@ -27,9 +27,13 @@
 //
 // Client subcommands read the keyspace once (allocator.KeySpace.Load), write
 // specs in guarded etcd txns of at most 128 ops, publish through
-// topic.Publisher, and gather query answers from every shard primary over
-// HTTP (never a partial answer: a shard without a serving primary is an
-// error).
+// topic.Publisher, read topics through WAL scanners, and gather query
+// answers over HTTP from the shard primaries that routeQuery picks (every
+// shard of the app, or for an app keyed by a topic only the owner of the
+// key's partition) — never a partial answer: a shard without a serving
+// primary is an error. Keys, values and payloads are bytes throughout; JSON
+// carries a field as text when it is valid UTF-8 and as base64 ("key_b64")
+// otherwise (bytes.go).
 //
 // Every flag is mirrored by an environment variable, CONSUMERD_ + the flag
 // upper-cased with '.' and '-' as '_'; a flag given on the command line wins.
@@ -43,7 +47,8 @@
 //     flag; serve (serve.go) runs a member with it.
 //   - Snapshot support (snapshots.go): the snapshot store serve hands the
 //     shard service, and `shards recover`.
-//   - StatusResponse, QueryResponse, ShardRow, MemberRow: the JSON shapes of
-//     /v1/status, /v1/query, `shards list -o json`, `members list -o json`;
-//     exported so Go programs can decode them.
+//   - StatusResponse, QueryResponse (QueryEntry), ShardRow, MemberRow,
+//     ReadMessage: the JSON shapes of /v1/status, /v1/query, `shards list -o
+//     json`, `members list -o json`, `read -o json`; exported so Go programs
+//     can decode them.
 package daemon
