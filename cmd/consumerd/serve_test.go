@@ -319,6 +319,9 @@ func TestCLIErrors(t *testing.T) {
 		{"malformed spec", []string{"shards", "apply", "-f", spec, "--etcd.endpoints", dead}, nil, 1, []string{"wc-1", "sources[0].partition"}},
 		{"query needs key or all", []string{"query", "--app", "wordcount"}, nil, 2, []string{"--key", "--all"}},
 		{"query unknown app", []string{"query", "--app", "nope", "--all"}, nil, 2, []string{`unknown app "nope"`}},
+		{"query bad hex key", []string{"query", "--app", "wordcount", "--key-hex", "xyz"}, nil, 2, []string{"--key-hex", `"xyz" is not hex`}},
+		{"read --from ID without --partition", []string{"read", "--topic", "t", "--from", "7"}, nil, 2, []string{"--from 7", "give --partition"}},
+		{"read with etcd unreachable", []string{"read", "--topic", "nope", "--etcd.endpoints", dead, "--dial-timeout", "1s"}, nil, 1, []string{"cannot reach etcd", dead}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
