@@ -33,7 +33,7 @@ type serveConfig struct {
 	DataDir       string
 	HTTPAddr      string
 	HTTPAdvertise string
-	App           string
+	Apps          []string
 	LogLevel      string
 	LogFormat     string
 	// SnapshotStore is "jetstream" (object store on the WAL's NATS), "dir"
@@ -68,7 +68,7 @@ func defaultMemberID() string {
 }
 
 // bindServeFlags registers serve's flags on fs with their defaults.
-func (c *serveConfig) bindFlags(fs *pflag.FlagSet, defaultApp string) {
+func (c *serveConfig) bindFlags(fs *pflag.FlagSet, defaultApps []string) {
 	fs.StringSliceVar(&c.EtcdEndpoints, "etcd.endpoints", nil, "etcd endpoints, comma separated; empty starts an embedded etcd")
 	fs.StringVar(&c.EtcdPrefix, "etcd.prefix", "/consumerd", "root of consumerd's keys in etcd")
 	fs.DurationVar(&c.LeaseTTL, "etcd.lease-ttl", 10*time.Second, "member lease TTL: a member that stops renewing it loses its shards after this long")
@@ -82,7 +82,7 @@ func (c *serveConfig) bindFlags(fs *pflag.FlagSet, defaultApp string) {
 	fs.StringVar(&c.DataDir, "data-dir", "./consumerd-data", "directory for shard databases (and the embedded servers' data)")
 	fs.StringVar(&c.HTTPAddr, "http.addr", "127.0.0.1:8080", "HTTP listen address: /metrics /livez /readyz /v1/status /v1/query; also the member's advertised endpoint")
 	fs.StringVar(&c.HTTPAdvertise, "http.advertise", "", "URL other members and the CLI use to reach this member (default: http://<http.addr>, a wildcard host replaced by the host name)")
-	fs.StringVar(&c.App, "app", defaultApp, "application whose shards serve creates on the embedded default (a member runs the shards of every application the binary knows)")
+	fs.StringSliceVar(&c.Apps, "app", defaultApps, "applications whose topics and shards serve creates on the embedded default, comma separated (a member runs the shards of every application the binary knows)")
 	fs.StringVar(&c.SnapshotStore, "snapshot.store", "jetstream", "where shard snapshots go: 'jetstream' (object store on the WAL's NATS), 'dir' (--snapshot.dir, e.g. a shared filesystem) or 'none' (no snapshots; the recovery logs are never truncated)")
 	fs.StringVar(&c.SnapshotDir, "snapshot.dir", "", "directory of the snapshot store when --snapshot.store=dir")
 	fs.StringVar(&c.LogLevel, "log.level", "info", "log level: trace, debug, info, warn, error")
@@ -91,7 +91,7 @@ func (c *serveConfig) bindFlags(fs *pflag.FlagSet, defaultApp string) {
 	fs.StringVar(&c.EmbeddedEtcdClientURL, "embedded.etcd-client-url", "http://127.0.0.1:2379", "client URL of the embedded etcd")
 	fs.StringVar(&c.EmbeddedEtcdPeerURL, "embedded.etcd-peer-url", "http://127.0.0.1:2380", "peer URL of the embedded etcd")
 	fs.StringVar(&c.EmbeddedNATSAddr, "embedded.nats-addr", "127.0.0.1:4222", "listen address of the embedded nats-server")
-	fs.IntVar(&c.EmbeddedShards, "embedded.shards", 4, "with embedded etcd, shards of --app to create when it has none (0: create none)")
+	fs.IntVar(&c.EmbeddedShards, "embedded.shards", 4, "with embedded etcd, the partitions of each --app topic it creates, and so the shards of an app that has none (0: create none)")
 }
 
 // EmbeddedEtcd reports whether serve starts its own etcd.
@@ -161,8 +161,8 @@ func (c *serveConfig) Validate() error {
 			bad("http.advertise", "%q is not a URL like http://host:8080", c.HTTPAdvertise)
 		}
 	}
-	if c.App == "" {
-		bad("app", "must not be empty")
+	if len(c.Apps) == 0 {
+		bad("app", "must name at least one application")
 	}
 	if hclog.LevelFromString(c.LogLevel) == hclog.NoLevel {
 		bad("log.level", "%q must be one of trace, debug, info, warn, error", c.LogLevel)

@@ -48,7 +48,7 @@ func serveConfigFrom(t *testing.T, args []string, env map[string]string) (serveC
 	t.Helper()
 	var cfg serveConfig
 	cmd := &cobra.Command{Use: "serve", RunE: func(*cobra.Command, []string) error { return nil }}
-	cfg.bindFlags(cmd.Flags(), "wordcount")
+	cfg.bindFlags(cmd.Flags(), []string{"wordcount"})
 	if err := cmd.ParseFlags(args); err != nil {
 		return cfg, err
 	}
@@ -66,7 +66,7 @@ func TestFlagEnvPrecedence(t *testing.T) {
 	}{
 		{"defaults", nil, nil, func(c serveConfig) bool {
 			return c.LeaseTTL == 10*time.Second && c.EtcdPrefix == "/consumerd" && c.HTTPAddr == "127.0.0.1:8080" &&
-				c.Limit == 1024 && c.Zone == "local" && c.DataDir == "./consumerd-data" && c.App == "wordcount" &&
+				c.Limit == 1024 && c.Zone == "local" && c.DataDir == "./consumerd-data" && len(c.Apps) == 1 && c.Apps[0] == "wordcount" &&
 				c.EmbeddedEtcd() && c.EmbeddedWAL()
 		}, ""},
 		{"env sets", nil, map[string]string{"CONSUMERD_ETCD_LEASE_TTL": "3s", "CONSUMERD_ETCD_ENDPOINTS": "a:1,b:2", "CONSUMERD_MEMBER_LIMIT": "7"},

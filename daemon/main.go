@@ -116,6 +116,15 @@ func (o Options) app(name string) (shard.App, error) {
 	return shard.App{}, fmt.Errorf("unknown app %q (this binary knows: %s)", name, strings.Join(o.appNames(), ", "))
 }
 
+// appNamesInOrder are the apps' names in registration order.
+func (o Options) appNamesInOrder() []string {
+	names := make([]string, 0, len(o.Apps))
+	for _, a := range o.Apps {
+		names = append(names, a.Name)
+	}
+	return names
+}
+
 func (o Options) appNames() []string {
 	var names []string
 	for _, a := range o.Apps {

@@ -28,9 +28,9 @@ import (
 
 func newServeCommand(opts Options) *cobra.Command {
 	var cfg serveConfig
-	defaultApp := ""
+	var defaultApps []string
 	if len(opts.Apps) > 0 {
-		defaultApp = opts.Apps[0].Name
+		defaultApps = opts.appNamesInOrder()
 	}
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -38,8 +38,9 @@ func newServeCommand(opts Options) *cobra.Command {
 		Long: `serve runs one consumerd member. With no --etcd.endpoints it starts an embedded
 etcd (data in <data-dir>/etcd); with no --wal.url an embedded nats-server with
 JetStream (store in <data-dir>/nats). On that embedded default it creates
---embedded.shards shards of --app when the app has none, so a lone
-'consumerd serve' is a working one-member cluster.
+the topics of every --app (default: every app the binary knows), with
+--embedded.shards partitions each, and one shard per partition of each
+app that has none, so a lone 'consumerd serve' is a working one-member cluster.
 
 On SIGTERM or SIGINT the member marks itself exiting; the allocator leader moves
 its shards to other members (make-before-break) and serve exits 0 once it holds
@@ -49,9 +50,13 @@ nothing, or 1 after --shutdown-timeout. A second signal exits at once.`,
 			if err := cfg.Validate(); err != nil {
 				return usageError{err}
 			}
-			app, err := opts.app(cfg.App)
-			if err != nil {
-				return usageError{fmt.Errorf("--app: %w", err)}
+			var apps []shard.App
+			for _, name := range cfg.Apps {
+				app, err := opts.app(name)
+				if err != nil {
+					return usageError{fmt.Errorf("--app: %w", err)}
+				}
+				apps = append(apps, app)
 			}
 			sigs, stop := opts.signals()
 			defer stop()
@@ -59,22 +64,22 @@ nothing, or 1 after --shutdown-timeout. A second signal exits at once.`,
 			if opts.Signals == nil { // real signals: a second one ends the process at once
 				hardExit = func() { os.Exit(1) }
 			}
-			return serve(cmd.Context(), cfg, app, opts.appMap(), opts.Stderr, sigs, hardExit)
+			return serve(cmd.Context(), cfg, apps, opts.appMap(), opts.Stderr, sigs, hardExit)
 		},
 	}
-	cfg.bindFlags(cmd.Flags(), defaultApp)
+	cfg.bindFlags(cmd.Flags(), defaultApps)
 	return cmd
 }
 
 // server is one serve process: its backends, its HTTP server, and the current
 // member session (replaced when a lease is lost and the member rejoins).
 type server struct {
-	cfg    serveConfig
-	app    shard.App
-	apps   map[string]shard.App
-	log    hclog.Logger
-	client *clientv3.Client
-	opener wal.Opener
+	cfg      serveConfig
+	embedded []shard.App // set up on the embedded default
+	apps     map[string]shard.App
+	log      hclog.Logger
+	client   *clientv3.Client
+	opener   wal.Opener
 	// snapshots configure shard snapshots (nil: --snapshot.store=none).
 	snapshots *shard.SnapshotOptions
 	endpoint  string
@@ -99,9 +104,9 @@ type session struct {
 // A first signal on sigs drains the member; a second one calls hardExit
 // (the command passes os.Exit(1) for real signals), or, when it is nil,
 // stops without draining but still tears down in order.
-func serve(ctx context.Context, cfg serveConfig, app shard.App, apps map[string]shard.App, out interface{ Write([]byte) (int, error) }, sigs <-chan os.Signal, hardExit func()) error {
+func serve(ctx context.Context, cfg serveConfig, embedded []shard.App, apps map[string]shard.App, out interface{ Write([]byte) (int, error) }, sigs <-chan os.Signal, hardExit func()) error {
 	log := newLogger(cfg.LogLevel, cfg.LogFormat, out)
-	s := &server{cfg: cfg, app: app, apps: apps, log: log, http: &http.Client{Timeout: 10 * time.Second}}
+	s := &server{cfg: cfg, embedded: embedded, apps: apps, log: log, http: &http.Client{Timeout: 10 * time.Second}}
 	// Every stream, subject and the snapshot bucket of this cluster are in
 	// its namespace: clusters under other prefixes share the NATS safely.
 	namespace, err := walNamespace(cfg.WALNamespace, cfg.EtcdPrefix)
@@ -189,15 +194,17 @@ func serve(ctx context.Context, cfg serveConfig, app shard.App, apps map[string]
 	}
 
 	if cfg.EmbeddedEtcd() && cfg.EmbeddedShards > 0 {
-		topics, n, err := ensureApp(ctx, client, cfg.EtcdPrefix, app, cfg.EmbeddedShards)
-		if err != nil {
-			return err
-		}
-		if len(topics) > 0 {
-			log.Info("created topics", "topics", strings.Join(topics, ","), "partitions", cfg.EmbeddedShards)
-		}
-		if n > 0 {
-			log.Info("created shards", "app", app.Name, "count", n)
+		for _, app := range embedded {
+			topics, n, err := ensureApp(ctx, client, cfg.EtcdPrefix, app, cfg.EmbeddedShards)
+			if err != nil {
+				return err
+			}
+			if len(topics) > 0 {
+				log.Info("created topics", "topics", strings.Join(topics, ","), "partitions", cfg.EmbeddedShards)
+			}
+			if n > 0 {
+				log.Info("created shards", "app", app.Name, "count", n)
+			}
 		}
 	}
 
@@ -214,7 +221,7 @@ func serve(ctx context.Context, cfg serveConfig, app shard.App, apps map[string]
 		log.Debug("HTTP server stopped")
 	}()
 	log.Info("serving", "member", cfg.MemberID, "zone", cfg.Zone, "endpoint", s.endpoint,
-		"app", app.Name, "etcd", endpoints, "wal", walURL, "wal_namespace", namespace)
+		"apps", strings.Join(cfg.Apps, ","), "etcd", endpoints, "wal", walURL, "wal_namespace", namespace)
 
 	runCtx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()

@@ -45,7 +45,10 @@ func TestServeEmbedded(t *testing.T) {
 	if code, body, err := waitHTTP(t, p, base+"/livez"); err != nil || code != 200 || strings.TrimSpace(string(body)) != "ok" {
 		t.Fatalf("/livez: %d %q %v", code, body, err)
 	}
-	waitFor(t, 60*time.Second, "/readyz 200 (4 wordcount shards PRIMARY)", func() (bool, string) {
+	// The embedded default sets up every app of the binary: wordcount,
+	// split and tally, 4 shards each.
+	const embeddedShards = 12
+	waitFor(t, 60*time.Second, "/readyz 200 (12 shards PRIMARY)", func() (bool, string) {
 		if p.exited() {
 			t.Fatalf("serve exited: %v\n%s", p.err, p.tail(30))
 		}
@@ -65,8 +68,8 @@ func TestServeEmbedded(t *testing.T) {
 		if err != nil || json.Unmarshal(sb, &st) != nil {
 			return false, fmt.Sprintf("/v1/status: %v %s", err, sb)
 		}
-		if len(st.Replicas) != 4 {
-			return false, fmt.Sprintf("%d replicas in /v1/status, want 4", len(st.Replicas))
+		if len(st.Replicas) != embeddedShards {
+			return false, fmt.Sprintf("%d replicas in /v1/status, want %d", len(st.Replicas), embeddedShards)
 		}
 		return true, ""
 	})
@@ -111,6 +114,20 @@ func TestServeEmbedded(t *testing.T) {
 	if out, err := client("", "query", "--app", "wordcount", "--key", "cat"); err != nil || out != "2\n" {
 		t.Fatalf("query --key cat: %q %v", out, err)
 	}
+	// The pipeline: lines -> split -> tokens -> tally, exactly once.
+	if _, err := client("the cat\nthe dog\na cat\n", "publish", "--topic", "lines"); err != nil {
+		t.Fatalf("publish lines: %v", err)
+	}
+	waitFor(t, 30*time.Second, "tally of the published lines", func() (bool, string) {
+		out, err := client("", "query", "--app", "tally", "--all")
+		return err == nil && out == want, fmt.Sprintf("%q %v", out, err)
+	})
+	if out, err := client("", "query", "--app", "tally", "--key", "the"); err != nil || out != "2\n" {
+		t.Fatalf("query --app tally --key the: %q %v", out, err)
+	}
+	if out, err := client("", "read", "--topic", "tokens"); err != nil || strings.Count(out, "\n") != 6 {
+		t.Fatalf("read --topic tokens: %q %v, want the 6 tokens", out, err)
+	}
 	// The JSON shapes scripts rely on (DESIGN §7), key for key.
 	keysOf := func(m map[string]any) string {
 		ks := make([]string, 0, len(m))
@@ -122,7 +139,7 @@ func TestServeEmbedded(t *testing.T) {
 	}
 	out, err := client("", "shards", "list", "-o", "json")
 	var shardsJSON []map[string]any
-	if err != nil || json.Unmarshal([]byte(out), &shardsJSON) != nil || len(shardsJSON) != 4 {
+	if err != nil || json.Unmarshal([]byte(out), &shardsJSON) != nil || len(shardsJSON) != embeddedShards {
 		t.Fatalf("shards list -o json: %v %s", err, out)
 	}
 	if got := keysOf(shardsJSON[0]); got != "id,lag,primary,replicas,status" {
@@ -131,8 +148,14 @@ func TestServeEmbedded(t *testing.T) {
 	if reps, _ := shardsJSON[0]["replicas"].([]any); len(reps) != 1 || keysOf(reps[0].(map[string]any)) != "member,slot,state,zone" {
 		t.Errorf("shards list replicas: %v", shardsJSON[0]["replicas"])
 	}
-	if lag, _ := shardsJSON[0]["lag"].(map[string]any); lag["words/0000"] != 0.0 {
-		t.Errorf("shards list lag of wordcount-0000: %v, want words/0000: 0", shardsJSON[0]["lag"])
+	var wc0 map[string]any
+	for _, row := range shardsJSON {
+		if row["id"] == "wordcount-0000" {
+			wc0 = row
+		}
+	}
+	if lag, _ := wc0["lag"].(map[string]any); lag["words/0000"] != 0.0 {
+		t.Errorf("shards list lag of wordcount-0000: %v, want words/0000: 0", wc0["lag"])
 	}
 	out, err = client("", "members", "list", "-o", "json")
 	var membersJSON []map[string]any
@@ -175,7 +198,7 @@ func TestServeEmbedded(t *testing.T) {
 			return strings.Contains(out, "1 assignments removed"), out
 		})
 	}
-	waitFor(t, 30*time.Second, "5 shards PRIMARY after apply and unassign", func() (bool, string) {
+	waitFor(t, 30*time.Second, "13 shards PRIMARY after apply and unassign", func() (bool, string) {
 		out, err := client("", "shards", "list", "-o", "json")
 		if err != nil {
 			return false, err.Error()
@@ -184,7 +207,7 @@ func TestServeEmbedded(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &rows); err != nil {
 			return false, err.Error()
 		}
-		return allPrimary(rows, 5, 1)
+		return allPrimary(rows, embeddedShards+1, 1)
 	})
 	if out, err := client("", "query", "--app", "wordcount", "--all"); err != nil || out != want {
 		t.Fatalf("counts after apply/unassign: %q %v, want %q", out, err, want)
