@@ -97,6 +97,33 @@ func diffCounts(got, want string) string {
 	return fmt.Sprintf("%d keys differ: %s", len(diffs), strings.Join(diffs, "; "))
 }
 
+// checkTokens reads the whole tokens topic and checks it holds every token
+// occurrence of the corpus exactly once: per token as many messages as
+// occurrences, no more (a duplicate) and no fewer (a loss).
+func checkTokens(t *testing.T, c *cluster, counts map[string]int) {
+	t.Helper()
+	out := c.mustRun(nil, "read", "--topic", "tokens", "-o", "json")
+	got := map[string]int{}
+	total := 0
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var m struct {
+			Key string `json:"key"`
+		}
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("read -o json: %q: %v", line, err)
+		}
+		got[m.Key]++
+		total++
+	}
+	want := 0
+	for _, n := range counts {
+		want += n
+	}
+	if g, w := renderCounts(got), renderCounts(counts); total != want || g != w {
+		t.Fatalf("tokens topic holds %d messages for %d token occurrences: %s", total, want, diffCounts(g, w))
+	}
+}
+
 // primariesOf returns the members holding slot 0 of some shard, most first.
 func primariesOf(as []assignment) []string {
 	n := map[string]int{}
@@ -120,9 +147,12 @@ func primariesOf(as []assignment) []string {
 
 // TestFaults runs three members in two zones against a real etcd and a real
 // nats-server, publishes a known corpus while members are killed (SIGKILL),
-// restarted, and frozen past their lease (SIGSTOP, a zombie primary), and
-// checks that the word counts equal the corpus exactly: every message
-// changed the state exactly once.
+// restarted, frozen past their lease (SIGSTOP, a zombie primary) and drained
+// (SIGTERM), and checks that the word counts equal the corpus exactly: every
+// message changed the state exactly once. The same corpus also flows through
+// the two-stage pipeline (lines -> split -> tokens -> tally): the tokens topic
+// must hold every token occurrence exactly once (outputs are exactly once,
+// zombies included) and tally must equal the corpus.
 func TestFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process fault test skipped in -short mode")
@@ -137,6 +167,12 @@ func TestFaults(t *testing.T) {
 	c.mustRun(nil, "topics", "create", "--name", "words", "--partitions", fmt.Sprint(nShards))
 	c.mustRun(nil, "topics", "create", "--name", "counts", "--partitions", fmt.Sprint(nShards))
 	c.mustRun(nil, "shards", "create", "--app", "wordcount", "--hot-standbys", "1")
+	for _, tp := range []string{"lines", "tokens", "totals"} {
+		c.mustRun(nil, "topics", "create", "--name", tp, "--partitions", fmt.Sprint(nShards))
+	}
+	c.mustRun(nil, "shards", "create", "--app", "split", "--hot-standbys", "1")
+	c.mustRun(nil, "shards", "create", "--app", "tally", "--hot-standbys", "1")
+	const allShards = 3 * nShards
 
 	members := []*member{c.addMember("m1", "zone-a"), c.addMember("m2", "zone-b"), c.addMember("m3", "zone-a")}
 	byID := map[string]*member{}
@@ -149,7 +185,7 @@ func TestFaults(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		return allPrimary(rows, nShards, 2)
+		return allPrimary(rows, allShards, 2)
 	})
 
 	lines, counts := corpus(nLines)
@@ -221,9 +257,12 @@ func TestFaults(t *testing.T) {
 				}
 			}
 			data := []byte(strings.Join(lines[i*chunk:(i+1)*chunk], "\n") + "\n")
-			if _, err := c.run(data, "publish", "--topic", "words"); err != nil {
-				pubDone <- fmt.Errorf("publishing chunk %d: %w", i, err)
-				return
+			for _, tp := range []string{"words", "lines"} {
+				// Deterministic dedupe ids: a retried chunk stores nothing twice.
+				if _, err := c.run(data, "publish", "--topic", tp, "--id", fmt.Sprintf("chunk-%d", i)); err != nil {
+					pubDone <- fmt.Errorf("publishing chunk %d to %s: %w", i, tp, err)
+					return
+				}
 			}
 			published.Add(int64(chunk))
 		}
@@ -244,7 +283,7 @@ func TestFaults(t *testing.T) {
 					n++
 				}
 			}
-			return n == nShards, fmt.Sprintf("%d of %d shards PRIMARY", n, nShards)
+			return n == allShards, fmt.Sprintf("%d of %d shards PRIMARY", n, allShards)
 		})
 	}
 	zombie := func() {
@@ -296,19 +335,22 @@ func TestFaults(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		if ok, why := allPrimary(rows, nShards, 1); !ok {
+		if ok, why := allPrimary(rows, allShards, 1); !ok {
 			return false, why
 		}
-		out, err := c.run(nil, "query", "--app", "wordcount", "--all")
-		if err != nil {
-			return false, err.Error()
-		}
-		got = out
-		if got != want {
-			return false, diffCounts(got, want)
+		for _, app := range []string{"wordcount", "tally"} {
+			out, err := c.run(nil, "query", "--app", app, "--all")
+			if err != nil {
+				return false, err.Error()
+			}
+			got = out
+			if got != want {
+				return false, app + ": " + diffCounts(got, want)
+			}
 		}
 		return true, ""
 	})
+	checkTokens(t, c, counts)
 	// Consumed to the end: the primaries report no lag (they refresh it
 	// about every second, so poll).
 	waitFor(t, 15*time.Second, "zero lag on every source", func() (bool, string) {
@@ -356,7 +398,7 @@ func TestFaults(t *testing.T) {
 	}
 	var shard0, primary0 string
 	for _, a := range as {
-		if a.slot == 0 {
+		if a.slot == 0 && strings.HasPrefix(a.shard, "wordcount-") {
 			shard0, primary0 = a.shard, a.member
 			break
 		}
@@ -397,9 +439,12 @@ func TestFaults(t *testing.T) {
 		t.Fatalf("m3 exited with %v after SIGTERM, want 0", m3.proc.err)
 	}
 	everyShardHasPrimary()
-	if out := c.mustRun(nil, "query", "--app", "wordcount", "--all"); out != want {
-		t.Fatalf("counts changed by the drain: %s", diffCounts(out, want))
+	for _, app := range []string{"wordcount", "tally"} {
+		if out := c.mustRun(nil, "query", "--app", app, "--all"); out != want {
+			t.Fatalf("%s counts changed by the drain: %s", app, diffCounts(out, want))
+		}
 	}
+	checkTokens(t, c, counts)
 	c.start(m3)
 
 	// The zombies rejoined under new leases: three live members.
@@ -416,10 +461,16 @@ func TestFaults(t *testing.T) {
 	})
 	// And after all of it, still exactly the corpus.
 	waitFor(t, 60*time.Second, "the counts to equal the corpus at the end", func() (bool, string) {
-		out, err := c.run(nil, "query", "--app", "wordcount", "--all")
-		if err != nil {
-			return false, err.Error()
+		for _, app := range []string{"wordcount", "tally"} {
+			out, err := c.run(nil, "query", "--app", app, "--all")
+			if err != nil {
+				return false, err.Error()
+			}
+			if out != want {
+				return false, app + ": " + diffCounts(out, want)
+			}
 		}
-		return out == want, diffCounts(out, want)
+		return true, ""
 	})
+	checkTokens(t, c, counts)
 }
