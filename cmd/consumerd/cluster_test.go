@@ -217,8 +217,13 @@ type member struct {
 
 func newCluster(tb testing.TB, leaseTTL time.Duration) *cluster {
 	tb.Helper()
+	return newClusterOn(tb, leaseTTL, natsServer(tb))
+}
+
+// newClusterOn is newCluster with the nats-server binary at natsBin.
+func newClusterOn(tb testing.TB, leaseTTL time.Duration, natsBin string) *cluster {
+	tb.Helper()
 	etcdBin := findBinary(tb, "etcd")
-	natsBin := natsServer(tb)
 	c := &cluster{tb: tb, bin: consumerdBinary(tb), dir: tb.TempDir(), leaseTTL: leaseTTL, members: map[string]*member{}}
 
 	cport, pport := freePort(tb), freePort(tb)

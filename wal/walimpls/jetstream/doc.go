@@ -1,5 +1,6 @@
 // Package jetstream is the NATS JetStream WAL backend: it implements the
-// walimpls contract (and the optional walimpls.AsyncAppender) with
+// walimpls contract, with the optional AsyncAppender, BatchAppender,
+// Counter, ChannelRemover and ServerInfo, on
 // github.com/nats-io/nats.go/jetstream. The daemon connects it to the
 // embedded nats-server (internal/embednats) by default, or to a NATS cluster
 // with streams replicated R=3 in production.
@@ -8,10 +9,12 @@
 //
 // Each channel is one stream, "<namespace>_<token>", where token is the
 // channel name escaped by EscapeChannel (reversible, so distinct channels never
-// share a stream). The stream captures two subjects:
+// share a stream). The stream captures three kinds of subjects:
 //
-//	<namespace>.<token>.data   the channel's messages
-//	<namespace>.<token>.fence  fence records (payload and Consumerd-Term header: the term)
+//	<namespace>.<token>.data          the channel's messages
+//	<namespace>.<token>.fence         fence records (payload and Consumerd-Term header: the term)
+//	<namespace>.<token>.mark.<chain>  batch markers of a chain (batch.go; a stream made
+//	                                  before batches gains the subject on first use)
 //
 // The namespace (Config.Namespace) keeps clusters on one NATS apart: the
 // daemon derives it from the cluster's etcd prefix with NamespaceOf ("/alpha"
@@ -33,9 +36,10 @@
 // shared with fence records, so ids are strictly increasing but not
 // contiguous; they never go backwards across reconnects or server restarts
 // (the file store keeps them). Scanners are ordered consumers filtered on the
-// data subject, so they never see fence records. A message's payload is the
-// NATS payload unchanged; its key and properties travel URL-encoded in one
-// Consumerd-Meta header; MutableMessage.DedupeID becomes Nats-Msg-Id, so
+// data subject, so they never see fence records or markers. A message's
+// payload is the NATS payload unchanged (a key too large for a header
+// travels before it, see codec.go); its key and properties travel
+// URL-encoded in one Consumerd-Meta header; MutableMessage.DedupeID becomes Nats-Msg-Id, so
 // JetStream drops a repeat within Config.DuplicateWindow and acknowledges it
 // with the original id.
 //
