@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -137,8 +138,30 @@ func (d *drainer) publish(ctx context.Context, t *outTxn) error {
 		}
 		by[o.channel] = append(by[o.channel], o.msg)
 	}
-	for _, ch := range order {
-		if err := d.publishChannel(ctx, t.txn, ch, by[ch]); err != nil {
+	// Partitions are independent chains: publish them side by side.
+	chans := make([]*outChan, len(order))
+	for i, ch := range order {
+		c, err := d.channel(ctx, ch)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		chans[i] = c
+	}
+	errs := make([]error, len(order))
+	var wg sync.WaitGroup
+	for i, ch := range order {
+		wg.Add(1)
+		go func() { // owned here: joined below, ends with ctx
+			defer wg.Done()
+			errs[i] = d.publishChannel(ctx, t.txn, chans[i], by[ch])
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -151,11 +174,9 @@ func (d *drainer) publish(ctx context.Context, t *outTxn) error {
 }
 
 // publishChannel publishes one transaction's messages for one partition.
-func (d *drainer) publishChannel(ctx context.Context, txn uint64, ch string, msgs []message.MutableMessage) error {
-	c, err := d.channel(ctx, ch)
-	if err != nil {
-		return err
-	}
+// It alone touches c while it runs.
+func (d *drainer) publishChannel(ctx context.Context, txn uint64, c *outChan, msgs []message.MutableMessage) error {
+	ch := c.w.Channel()
 	chunks := (len(msgs) + c.max - 1) / c.max
 	for k := 0; k < chunks; k++ {
 		if txn < c.txn || (txn == c.txn && k <= c.chunk) {
