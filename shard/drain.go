@@ -56,11 +56,12 @@ type drainer struct {
 
 // outChan is the drainer's view of one output partition.
 type outChan struct {
-	w     wal.WAL
-	max   int
-	after message.MessageID // the chain's last marker id
-	txn   uint64            // the last marker's txn and chunk
-	chunk int
+	w      wal.WAL
+	max    int
+	atomic bool              // batches are all or nothing (else: one by one, with dedupe ids)
+	after  message.MessageID // the chain's last marker id
+	txn    uint64            // the last marker's txn and chunk
+	chunk  int
 }
 
 func newDrainer(shard, epoch string, opener wal.Opener, published uint64, logger hclog.Logger) *drainer {
@@ -88,9 +89,21 @@ func (d *drainer) enqueue(ctx context.Context, t *outTxn) error {
 	}
 }
 
+// maxCoalesce bounds the committed transactions published together, and
+// drainLinger how long the drainer waits for more after the first: batches
+// cost the server more per batch than per message (a single-replica stream
+// stages each atomic batch in a store of its own), so a busy shard's small
+// transactions go out together, a few milliseconds later.
+const (
+	maxCoalesce = 64
+	drainLinger = 5 * time.Millisecond
+)
+
 // run publishes pending (the outbox rows left by earlier primaries, in
 // txn order), then what the loop enqueues, until ctx ends (or the queue is
-// closed: then once it is drained).
+// closed: then once it is drained). Transactions waiting in the queue are
+// published together (up to maxCoalesce): a drainer that fell behind
+// catches up with fuller batches, not with a batch per transaction.
 func (d *drainer) run(ctx context.Context, pending []*outTxn) {
 	defer close(d.done)
 	defer func() {
@@ -98,13 +111,16 @@ func (d *drainer) run(ctx context.Context, pending []*outTxn) {
 			c.w.Close()
 		}
 	}()
-	for _, t := range pending {
-		if err := d.publish(ctx, t); err != nil {
+	for len(pending) > 0 {
+		n := min(len(pending), maxCoalesce)
+		if err := d.publish(ctx, pending[:n]); err != nil {
 			d.err = err
 			return
 		}
+		pending = pending[n:]
 	}
 	for {
+		var group []*outTxn
 		select {
 		case <-ctx.Done():
 			return
@@ -112,31 +128,94 @@ func (d *drainer) run(ctx context.Context, pending []*outTxn) {
 			if !ok {
 				return
 			}
-			if err := d.publish(ctx, t); err != nil {
-				d.err = err
-				return
-			}
+			group = append(group, t)
+		}
+		group = d.gather(ctx, group)
+		if err := d.publish(ctx, group); err != nil {
+			d.err = err
+			return
 		}
 	}
 }
 
-// publish publishes one transaction's outputs; it returns only once they are
-// all out, ctx ended (nil: the next primary finishes), or a permanent
-// failure (an error: the shard fails).
-func (d *drainer) publish(ctx context.Context, t *outTxn) error {
-	if t.txn <= d.published.Load() {
-		return nil // recorded as published by an earlier primary
+// gather adds to group what the loop enqueues within drainLinger, until the
+// group holds a batch's worth of messages or maxCoalesce transactions.
+func (d *drainer) gather(ctx context.Context, group []*outTxn) []*outTxn {
+	msgs := 0
+	for _, t := range group {
+		msgs += len(t.outputs)
 	}
-	if d.chain == "" {
-		d.chain = d.shard + "." + t.epoch // the shard's first outputs made the epoch
-	}
-	var order []string
-	by := map[string][]message.MutableMessage{}
-	for _, o := range t.outputs {
-		if _, ok := by[o.channel]; !ok {
-			order = append(order, o.channel)
+	linger := time.NewTimer(drainLinger)
+	defer linger.Stop()
+	for len(group) < maxCoalesce && msgs < memoryMaxBatch {
+		select {
+		case t, ok := <-d.queue:
+			if !ok {
+				return group
+			}
+			group = append(group, t)
+			msgs += len(t.outputs)
+		case <-linger.C:
+			return group
+		case <-ctx.Done():
+			return group
 		}
-		by[o.channel] = append(by[o.channel], o.msg)
+	}
+	return group
+}
+
+// memoryMaxBatch is a batch's worth of messages for gather: the smallest
+// batch limit of the backends (publishChannel cuts by the WAL's own).
+const memoryMaxBatch = 999
+
+// unit is one transaction's messages for one partition, or a chunk of them
+// when they exceed a batch: the drainer's grain of "already there".
+type unit struct {
+	txn           uint64
+	chunk, chunks int
+	msgs          []message.MutableMessage
+}
+
+func (u unit) marker() []byte { return fmt.Appendf(nil, "%d:%d:%d", u.txn, u.chunk, u.chunks) }
+
+// covered reports whether the chain's last marker (txn, chunk) covers u.
+func (u unit) covered(txn uint64, chunk int) bool {
+	return u.txn < txn || (u.txn == txn && u.chunk <= chunk)
+}
+
+// publish publishes a group of committed transactions' outputs, in txn
+// order; it returns only once they are all out, ctx ended (nil: the next
+// primary finishes), or a permanent failure (an error: the shard fails).
+func (d *drainer) publish(ctx context.Context, group []*outTxn) error {
+	published := d.published.Load()
+	var order []string
+	by := map[string][]*outTxn{} // per channel, the group's txns with outputs there
+	count := 0
+	for _, t := range group {
+		if t.txn <= published {
+			continue // recorded as published by an earlier primary
+		}
+		if d.chain == "" {
+			d.chain = d.shard + "." + t.epoch // the shard's first outputs made the epoch
+		}
+		for _, o := range t.outputs {
+			txns := by[o.channel]
+			if len(txns) == 0 {
+				order = append(order, o.channel)
+			}
+			if len(txns) == 0 || txns[len(txns)-1].txn != t.txn {
+				by[o.channel] = append(txns, &outTxn{txn: t.txn})
+			}
+			last := by[o.channel][len(by[o.channel])-1]
+			last.outputs = append(last.outputs, o)
+			count++
+		}
+	}
+	if len(order) == 0 {
+		if n := len(group); n > 0 && group[n-1].txn > published {
+			d.published.Store(group[n-1].txn)
+		}
+		return nil
 	}
 	// Partitions are independent chains: publish them side by side.
 	chans := make([]*outChan, len(order))
@@ -156,7 +235,7 @@ func (d *drainer) publish(ctx context.Context, t *outTxn) error {
 		wg.Add(1)
 		go func() { // owned here: joined below, ends with ctx
 			defer wg.Done()
-			errs[i] = d.publishChannel(ctx, t.txn, chans[i], by[ch])
+			errs[i] = d.publishChannel(ctx, chans[i], by[ch])
 		}()
 	}
 	wg.Wait()
@@ -168,31 +247,48 @@ func (d *drainer) publish(ctx context.Context, t *outTxn) error {
 			return err
 		}
 	}
-	d.published.Store(t.txn)
-	metricOutputsPublished.WithLabelValues(d.shard).Add(float64(len(t.outputs)))
+	d.published.Store(group[len(group)-1].txn)
+	metricOutputsPublished.WithLabelValues(d.shard).Add(float64(count))
 	return nil
 }
 
-// publishChannel publishes one transaction's messages for one partition.
-// It alone touches c while it runs.
-func (d *drainer) publishChannel(ctx context.Context, txn uint64, c *outChan, msgs []message.MutableMessage) error {
-	ch := c.w.Channel()
-	chunks := (len(msgs) + c.max - 1) / c.max
-	for k := 0; k < chunks; k++ {
-		if txn < c.txn || (txn == c.txn && k <= c.chunk) {
-			continue // already there
+// publishChannel publishes txns' messages for one partition, in txn order:
+// each transaction's messages cut into chunks of at most a batch, chunks
+// packed into batches of at most c.max messages, each batch closed by its
+// last chunk's marker. It alone touches c while it runs.
+func (d *drainer) publishChannel(ctx context.Context, c *outChan, txns []*outTxn) error {
+	var units []unit
+	for _, t := range txns {
+		msgs := make([]message.MutableMessage, len(t.outputs))
+		for i, o := range t.outputs {
+			msgs[i] = o.msg
 		}
-		part := msgs[k*c.max : min((k+1)*c.max, len(msgs))]
-		marker := fmt.Sprintf("%d:%d:%d", txn, k, chunks)
+		chunks := (len(msgs) + c.max - 1) / c.max
+		for k := 0; k < chunks; k++ {
+			units = append(units, unit{txn: t.txn, chunk: k, chunks: chunks, msgs: msgs[k*c.max : min((k+1)*c.max, len(msgs))]})
+		}
+	}
+	ch := c.w.Channel()
+	for len(units) > 0 {
+		// Without atomic batches a batch's dedupe ids derive from its
+		// marker, so a batch must be the same whoever re-sends it (a later
+		// primary groups differently): one unit per batch.
+		n, size := 0, 0
+		for n < len(units) && size+len(units[n].msgs) <= c.max && (c.atomic || n == 0) {
+			size += len(units[n].msgs)
+			n++
+		}
+		batch := units[:n]
 		err := retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second}.Do(ctx, retry.Call{
 			Retryable: func(err error) bool { return !errors.Is(err, errPermanentOutput) },
 			OnRetry: func(attempt int, wait time.Duration, err error) {
-				d.logger.Warn("publishing outputs failed; retrying", "channel", ch, "txn", txn, "attempt", attempt, "backoff", wait, "error", err)
+				d.logger.Warn("publishing outputs failed; retrying", "channel", ch, "txn", batch[0].txn, "attempt", attempt, "backoff", wait, "error", err)
 			},
-		}, func() error { return d.appendChunk(ctx, c, txn, k, marker, part) })
+		}, func() error { return d.appendUnits(ctx, c, batch) })
 		if err != nil {
-			return fmt.Errorf("publish txn %d's outputs to %s: %w", txn, ch, err)
+			return fmt.Errorf("publish txn %d..%d's outputs to %s: %w", batch[0].txn, batch[len(batch)-1].txn, ch, err)
 		}
+		units = units[n:]
 	}
 	return nil
 }
@@ -201,26 +297,45 @@ func (d *drainer) publishChannel(ctx context.Context, txn uint64, c *outChan, ms
 // than the server accepts).
 var errPermanentOutput = errors.New("permanent")
 
-// appendChunk appends one chunk, or finds it already stored.
-func (d *drainer) appendChunk(ctx context.Context, c *outChan, txn uint64, k int, marker string, msgs []message.MutableMessage) error {
-	res, err := c.w.AppendBatch(ctx, wal.Batch{Messages: msgs, Chain: d.chain, Marker: []byte(marker), After: c.after})
-	if err == nil {
-		c.after, c.txn, c.chunk = res.MarkerID, txn, k
-		return nil
-	}
-	if !errors.Is(err, wal.ErrStaleChain) {
-		if !walimpls.IsRetryable(err) {
-			return fmt.Errorf("%w: %w", errPermanentOutput, err)
+// staleRetries bounds the immediate re-sends after the chain moved (each
+// one after reading the new last marker); beyond, the retry policy waits.
+const staleRetries = 8
+
+// appendUnits appends the units the chain's last marker does not cover as
+// one batch, closed by the last unit's marker, or finds them all stored.
+// When the chain moved (another writer, or a lost reply) it reads the last
+// marker, drops what it covers, and re-sends the rest.
+func (d *drainer) appendUnits(ctx context.Context, c *outChan, units []unit) error {
+	for try := 0; ; try++ {
+		for len(units) > 0 && units[0].covered(c.txn, c.chunk) {
+			units = units[1:]
 		}
-		return err
+		if len(units) == 0 {
+			return nil
+		}
+		var msgs []message.MutableMessage
+		for _, u := range units {
+			msgs = append(msgs, u.msgs...)
+		}
+		last := units[len(units)-1]
+		res, err := c.w.AppendBatch(ctx, wal.Batch{Messages: msgs, Chain: d.chain, Marker: last.marker(), After: c.after})
+		if err == nil {
+			c.after, c.txn, c.chunk = res.MarkerID, last.txn, last.chunk
+			return nil
+		}
+		if !errors.Is(err, wal.ErrStaleChain) {
+			if !walimpls.IsRetryable(err) {
+				return fmt.Errorf("%w: %w", errPermanentOutput, err)
+			}
+			return err
+		}
+		if err := d.loadMarker(ctx, c); err != nil {
+			return err
+		}
+		if try >= staleRetries {
+			return fmt.Errorf("chain %s keeps moving (now at txn %d chunk %d); retrying after it", d.chain, c.txn, c.chunk)
+		}
 	}
-	if err := d.loadMarker(ctx, c); err != nil {
-		return err
-	}
-	if txn < c.txn || (txn == c.txn && k <= c.chunk) {
-		return nil // another writer (or a lost reply) stored it
-	}
-	return fmt.Errorf("chain %s moved to txn %d chunk %d; retrying after it", d.chain, c.txn, c.chunk)
 }
 
 // channel opens (once) an output partition and reads its last marker.
@@ -232,12 +347,12 @@ func (d *drainer) channel(ctx context.Context, ch string) (*outChan, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open output %s: %w", ch, err)
 	}
-	max, _ := w.BatchLimits()
+	max, atomic := w.BatchLimits()
 	if max <= 0 {
 		w.Close()
 		return nil, fmt.Errorf("output %s: the %s WAL has no batches; exactly-once outputs need them", ch, w.WALName())
 	}
-	c := &outChan{w: w, max: max}
+	c := &outChan{w: w, max: max, atomic: atomic}
 	if err := d.loadMarker(ctx, c); err != nil {
 		w.Close()
 		return nil, err

@@ -12,6 +12,10 @@ import (
 	"github.com/consumerd/consumerd/wal/message"
 )
 
+// recordPublishedEvery is how often, at most, a commit records the
+// outputs already published (and deletes their outbox rows).
+const recordPublishedEvery = time.Second
+
 // txnPolicy decides when an open transaction stops consuming and when it may
 // close. It is pure: the loop feeds it elapsed time and sizes.
 type txnPolicy struct {
@@ -50,7 +54,8 @@ type txnLoop struct {
 	rec         *recoverylog.Recorder
 	pub         *txnPublisher
 	drain       *drainer
-	recorded    uint64 // the outbox-published the last commit recorded
+	recorded    uint64    // the outbox-published the last commit recorded
+	recordedAt  time.Time // when
 	in          <-chan inbound
 	stopped     <-chan *source // a source's scanner stopped
 	lag         *lagTracker
@@ -238,9 +243,11 @@ func (l *txnLoop) commit(ctx context.Context) error {
 		recoverylog.PutOffset(batch, ch, id)
 	}
 	out := l.pub.seal(batch)
-	if p := l.drain.published.Load(); p > l.recorded {
+	// Record what is out, and delete its rows, about once a second: each
+	// record is a range deletion, and many of them slow RocksDB's reads.
+	if p := l.drain.published.Load(); p > l.recorded && time.Since(l.recordedAt) >= recordPublishedEvery {
 		recordPublished(batch, p)
-		l.recorded = p
+		l.recorded, l.recordedAt = p, time.Now()
 	}
 	ov := l.sh.open
 	if err := ov.update(batch.Data()); err != nil {
