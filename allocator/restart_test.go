@@ -4,25 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/consumerd/consumerd/internal/embedetcd"
+	"github.com/consumerd/consumerd/internal/freeport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
-
-func freePortT(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
 
 // TestEtcdRestart: while etcd is down, a member whose lease cannot be renewed
 // sees Done close within about its TTL and Run return ErrLeaseLost; a
@@ -31,8 +21,8 @@ func TestEtcdRestart(t *testing.T) {
 	dir := t.TempDir()
 	cfg := embedetcd.Config{
 		Dir:           dir,
-		ClientURL:     fmt.Sprintf("http://127.0.0.1:%d", freePortT(t)),
-		PeerURL:       fmt.Sprintf("http://127.0.0.1:%d", freePortT(t)),
+		ClientURL:     fmt.Sprintf("http://127.0.0.1:%d", freeport.Port(t)),
+		PeerURL:       fmt.Sprintf("http://127.0.0.1:%d", freeport.Port(t)),
 		UnsafeNoFsync: true,
 	}
 	srv, err := embedetcd.Start(cfg)

@@ -5,13 +5,13 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/consumerd/consumerd/daemon"
 	"github.com/consumerd/consumerd/examples/wordcount"
+	"github.com/consumerd/consumerd/internal/freeport"
 	"github.com/consumerd/consumerd/shard"
 )
 
@@ -35,12 +35,7 @@ func ExampleRun() {
 		return
 	}
 	defer os.RemoveAll(dir)
-	port := func() string {
-		l, _ := net.Listen("tcp", "127.0.0.1:0")
-		defer l.Close()
-		return l.Addr().String()
-	}
-	etcd, peer, nats, httpAddr := "http://"+port(), "http://"+port(), port(), port()
+	etcd, peer, nats, httpAddr := "http://"+freeport.Addr(), "http://"+freeport.Addr(), freeport.Addr(), freeport.Addr()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan int)

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/consumerd/consumerd/examples/wordcount"
-	"github.com/consumerd/consumerd/internal/natstest"
+	"github.com/consumerd/consumerd/internal/freeport"
 	"github.com/consumerd/consumerd/internal/retry"
 	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/topic"
@@ -119,7 +119,7 @@ func eventually(t *testing.T, what string, cond func() (bool, string)) {
 // ends, and returns its HTTP base URL.
 func (c *cli) serve() string {
 	c.t.Helper()
-	addr := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(c.t))
+	addr := fmt.Sprintf("127.0.0.1:%d", freeport.Port(c.t))
 	logs := newWatchBuffer()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)

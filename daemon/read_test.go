@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/consumerd/consumerd/internal/natstest"
+	"github.com/consumerd/consumerd/internal/freeport"
 	"github.com/consumerd/consumerd/topic"
 )
 
@@ -220,7 +220,7 @@ func TestRead(t *testing.T) {
 func TestReadNATSDown(t *testing.T) {
 	c := newCLI(t)
 	c.ok("", "topics", "create", "--name", "t", "--partitions", "1")
-	dead := fmt.Sprintf("nats://127.0.0.1:%d", natstest.FreePort(t))
+	dead := fmt.Sprintf("nats://127.0.0.1:%d", freeport.Port(t))
 	var out, errb bytes.Buffer
 	start := time.Now()
 	code := Run(t.Context(), []string{"read", "--topic", "t", "--follow", "--etcd.endpoints", c.etcd, "--wal.url", dead, "--dial-timeout", "1s"},

@@ -14,6 +14,7 @@ import (
 
 	"github.com/consumerd/consumerd/examples/wordcount"
 	"github.com/consumerd/consumerd/internal/etcdtest"
+	"github.com/consumerd/consumerd/internal/freeport"
 	"github.com/consumerd/consumerd/internal/natstest"
 	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/topic"
@@ -213,7 +214,7 @@ func TestPublishNATSDown(t *testing.T) {
 	if code := Run(t.Context(), args, Options{Apps: []shard.App{wordcount.App()}, Stdout: &out, Stderr: &errb}); code != 0 {
 		t.Fatalf("topics create: %d %s", code, errb.String())
 	}
-	dead := fmt.Sprintf("nats://127.0.0.1:%d", natstest.FreePort(t))
+	dead := fmt.Sprintf("nats://127.0.0.1:%d", freeport.Port(t))
 	start := time.Now()
 	errb.Reset()
 	code := Run(t.Context(), []string{"publish", "--topic", "t", "--etcd.endpoints", etcd, "--wal.url", dead, "--timeout", "3s"},

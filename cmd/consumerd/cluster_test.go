@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/consumerd/consumerd/internal/freeport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -90,17 +91,6 @@ func findBinary(tb testing.TB, name string) string {
 	}
 	tb.Skipf("%s binary not found (install it with `make deps`: Debian package %s); skipping the multi-process test", name, map[string]string{"etcd": "etcd-server", "nats-server": "nats-server", "promtool": "prometheus"}[name])
 	return ""
-}
-
-// freePort returns a free TCP port on 127.0.0.1.
-func freePort(tb testing.TB) int {
-	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatalf("free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // proc is a child process with its output in a log file.
@@ -226,7 +216,7 @@ func newClusterOn(tb testing.TB, leaseTTL time.Duration, natsBin string) *cluste
 	etcdBin := findBinary(tb, "etcd")
 	c := &cluster{tb: tb, bin: consumerdBinary(tb), dir: tb.TempDir(), leaseTTL: leaseTTL, members: map[string]*member{}}
 
-	cport, pport := freePort(tb), freePort(tb)
+	cport, pport := freeport.Port(tb), freeport.Port(tb)
 	c.etcdURL = fmt.Sprintf("http://127.0.0.1:%d", cport)
 	peer := fmt.Sprintf("http://127.0.0.1:%d", pport)
 	c.etcd = startProc(tb, "etcd", filepath.Join(c.dir, "etcd.log"), nil, etcdBin,
@@ -236,7 +226,7 @@ func newClusterOn(tb testing.TB, leaseTTL time.Duration, natsBin string) *cluste
 		"--initial-cluster", "test="+peer, "--log-level", "warn")
 	tb.Cleanup(c.etcd.kill)
 
-	nport := freePort(tb)
+	nport := freeport.Port(tb)
 	c.natsURL = fmt.Sprintf("nats://127.0.0.1:%d", nport)
 	c.nats = startProc(tb, "nats-server", filepath.Join(c.dir, "nats.log"), nil, natsBin,
 		"-js", "-a", "127.0.0.1", "-p", fmt.Sprint(nport), "-sd", filepath.Join(c.dir, "nats"))
@@ -314,7 +304,7 @@ func (c *cluster) label() string {
 
 // addMember registers a member (not started).
 func (c *cluster) addMember(id, zone string) *member {
-	m := &member{id: id, zone: zone, httpAddr: fmt.Sprintf("127.0.0.1:%d", freePort(c.tb)), dataDir: filepath.Join(c.dir, "member-"+id)}
+	m := &member{id: id, zone: zone, httpAddr: fmt.Sprintf("127.0.0.1:%d", freeport.Port(c.tb)), dataDir: filepath.Join(c.dir, "member-"+id)}
 	c.mu.Lock()
 	c.members[id] = m
 	c.mu.Unlock()

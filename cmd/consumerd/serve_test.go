@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/consumerd/consumerd/internal/freeport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -26,13 +27,13 @@ import (
 func TestServeEmbedded(t *testing.T) {
 	bin := consumerdBinary(t)
 	dir := t.TempDir()
-	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
-	natsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", freeport.Port(t))
+	natsAddr := fmt.Sprintf("127.0.0.1:%d", freeport.Port(t))
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", freeport.Port(t))
 	p := startProc(t, "serve", filepath.Join(dir, "serve.log"), nil, bin, "serve",
 		"--data-dir", filepath.Join(dir, "data"), "--http.addr", httpAddr,
 		"--embedded.etcd-client-url", etcdURL,
-		"--embedded.etcd-peer-url", fmt.Sprintf("http://127.0.0.1:%d", freePort(t)),
+		"--embedded.etcd-peer-url", fmt.Sprintf("http://127.0.0.1:%d", freeport.Port(t)),
 		"--embedded.nats-addr", natsAddr, "--member.id", "solo", "--etcd.lease-ttl", "3s")
 	t.Cleanup(func() {
 		p.kill()
@@ -93,7 +94,7 @@ func TestServeEmbedded(t *testing.T) {
 	if _, err := client("x\n", "publish", "--topic", "nope"); err == nil || !strings.Contains(err.Error(), `topic "nope" does not exist`) {
 		t.Errorf("publish to an unknown topic: %v", err)
 	}
-	deadNATS := fmt.Sprintf("nats://127.0.0.1:%d", freePort(t))
+	deadNATS := fmt.Sprintf("nats://127.0.0.1:%d", freeport.Port(t))
 	cmd := exec.Command(bin, "publish", "--topic", "words", "--etcd.endpoints", etcdURL, "--wal.url", deadNATS, "--dial-timeout", "1s")
 	cmd.Stdin = strings.NewReader("x\n")
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), deadNATS) || !strings.Contains(string(out), "NATS") {
@@ -319,7 +320,7 @@ func waitHTTP(t *testing.T, p *proc, url string) (int, []byte, error) {
 // naming what was wrong, never a panic or stack trace.
 func TestCLIErrors(t *testing.T) {
 	bin := consumerdBinary(t)
-	dead := fmt.Sprintf("127.0.0.1:%d", freePort(t)) // nothing listens here
+	dead := fmt.Sprintf("127.0.0.1:%d", freeport.Port(t)) // nothing listens here
 	spec := filepath.Join(t.TempDir(), "bad.yaml")
 	if err := os.WriteFile(spec, []byte("- id: wc-1\n  app: wordcount\n  sources: [{topic: words, partition: -2}]\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -380,10 +381,10 @@ func TestCLIErrors(t *testing.T) {
 func TestServeShutdownBounds(t *testing.T) {
 	bin := consumerdBinary(t)
 	dir := t.TempDir()
-	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
-	peerURL := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
-	natsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	aHTTP := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", freeport.Port(t))
+	peerURL := fmt.Sprintf("http://127.0.0.1:%d", freeport.Port(t))
+	natsAddr := fmt.Sprintf("127.0.0.1:%d", freeport.Port(t))
+	aHTTP := fmt.Sprintf("127.0.0.1:%d", freeport.Port(t))
 	startA := func() *proc {
 		return startProc(t, "a", filepath.Join(dir, "a.log"), nil, bin, "serve",
 			"--data-dir", filepath.Join(dir, "a"), "--http.addr", aHTTP, "--member.id", "a",
@@ -401,7 +402,7 @@ func TestServeShutdownBounds(t *testing.T) {
 	})
 	b := startProc(t, "b", filepath.Join(dir, "b.log"), nil, bin, "serve",
 		"--etcd.endpoints", etcdURL, "--wal.url", "nats://"+natsAddr, "--etcd.lease-ttl", "60s",
-		"--data-dir", filepath.Join(dir, "b"), "--http.addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--member.id", "b")
+		"--data-dir", filepath.Join(dir, "b"), "--http.addr", fmt.Sprintf("127.0.0.1:%d", freeport.Port(t)), "--member.id", "b")
 	t.Cleanup(func() { b.kill() })
 	waitFor(t, 30*time.Second, "b to join", func() (bool, string) {
 		out, err := exec.Command(bin, "members", "list", "-o", "json", "--etcd.endpoints", etcdURL).Output()

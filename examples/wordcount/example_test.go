@@ -5,13 +5,13 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/consumerd/consumerd/daemon"
 	"github.com/consumerd/consumerd/examples/wordcount"
+	"github.com/consumerd/consumerd/internal/freeport"
 	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/topic"
 )
@@ -84,15 +84,7 @@ func Example() {
 		return
 	}
 	defer os.RemoveAll(dir)
-	free := func() string {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			panic(err)
-		}
-		defer l.Close()
-		return l.Addr().String()
-	}
-	etcd, peer, nats, httpAddr := "http://"+free(), "http://"+free(), free(), free()
+	etcd, peer, nats, httpAddr := "http://"+freeport.Addr(), "http://"+freeport.Addr(), freeport.Addr(), freeport.Addr()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan int)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/consumerd/consumerd/internal/freeport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
@@ -15,21 +16,11 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 func TestStartPutGet(t *testing.T) {
 	srv, err := Start(Config{
 		Dir:           t.TempDir(),
-		ClientURL:     fmt.Sprintf("http://127.0.0.1:%d", freePort(t)),
-		PeerURL:       fmt.Sprintf("http://127.0.0.1:%d", freePort(t)),
+		ClientURL:     fmt.Sprintf("http://127.0.0.1:%d", freeport.Port(t)),
+		PeerURL:       fmt.Sprintf("http://127.0.0.1:%d", freeport.Port(t)),
 		UnsafeNoFsync: true,
 	})
 	if err != nil {
@@ -66,7 +57,7 @@ func TestPortTaken(t *testing.T) {
 	_, err = Start(Config{
 		Dir:       t.TempDir(),
 		ClientURL: "http://" + addr,
-		PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", freePort(t)),
+		PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", freeport.Port(t)),
 	})
 	if err == nil {
 		t.Fatal("expected an error for a taken port")

@@ -2,11 +2,11 @@ package etcdtest
 
 import (
 	"fmt"
-	"net"
 	"testing"
 	"time"
 
 	"github.com/consumerd/consumerd/internal/embedetcd"
+	"github.com/consumerd/consumerd/internal/freeport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -19,10 +19,7 @@ func StartServer(t testing.TB) (endpoints []string) {
 	var lastErr error
 	// Free ports can be stolen between probe and bind; retry a few times.
 	for attempt := 0; attempt < 5; attempt++ {
-		cport, pport, err := freePorts()
-		if err != nil {
-			t.Fatalf("etcdtest: %v", err)
-		}
+		cport, pport := freeport.Port(t), freeport.Port(t)
 		srv, err := embedetcd.Start(embedetcd.Config{
 			Dir:           t.TempDir(),
 			ClientURL:     fmt.Sprintf("http://127.0.0.1:%d", cport),
@@ -64,19 +61,4 @@ func NewClient(t testing.TB, endpoints []string) *clientv3.Client {
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	return c
-}
-
-// freePorts returns two distinct free TCP ports on 127.0.0.1.
-func freePorts() (int, int, error) {
-	l1, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, 0, fmt.Errorf("finding a free port: %w", err)
-	}
-	defer l1.Close()
-	l2, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, 0, fmt.Errorf("finding a free port: %w", err)
-	}
-	defer l2.Close()
-	return l1.Addr().(*net.TCPAddr).Port, l2.Addr().(*net.TCPAddr).Port, nil
 }

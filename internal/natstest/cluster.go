@@ -3,7 +3,6 @@ package natstest
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -12,19 +11,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/consumerd/consumerd/internal/embednats"
+	"github.com/consumerd/consumerd/internal/freeport"
 )
-
-// FreePort returns a TCP port that was free a moment ago on 127.0.0.1
-// (listen on port 0, note the port, close).
-func FreePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("natstest: free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
 
 // StartCluster starts n embedded nats-servers with clustered JetStream, each
 // with its own client and route ports and t.TempDir() store, and waits (up to
@@ -36,7 +24,7 @@ func StartCluster(t testing.TB, n int) string {
 	routePorts := make([]int, n)
 	routes := make([]string, n)
 	for i := range routePorts {
-		routePorts[i] = FreePort(t)
+		routePorts[i] = freeport.Port(t)
 		routes[i] = fmt.Sprintf("nats-route://127.0.0.1:%d", routePorts[i])
 	}
 	name := fmt.Sprintf("natstest-%d", routePorts[0])

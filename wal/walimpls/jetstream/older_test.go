@@ -12,7 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/consumerd/consumerd/internal/natstest"
+	"github.com/consumerd/consumerd/internal/freeport"
 	"github.com/consumerd/consumerd/wal/walimpls"
 	"github.com/consumerd/consumerd/wal/walimpls/jetstream"
 	"github.com/consumerd/consumerd/wal/walimpls/walimplstest"
@@ -31,7 +31,7 @@ func TestConformanceOlderServer(t *testing.T) {
 	if jetstream.AtomicBatchesIn(version) {
 		t.Skipf("%s is %s: it has atomic batches", bin, version)
 	}
-	port := natstest.FreePort(t)
+	port := freeport.Port(t)
 	cmd := exec.Command(bin, "-js", "-a", "127.0.0.1", "-p", fmt.Sprint(port), "-sd", filepath.Join(t.TempDir(), "js"))
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
