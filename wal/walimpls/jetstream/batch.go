@@ -108,8 +108,7 @@ func (w *walImpl) ensureBatches(ctx context.Context) error {
 }
 
 // AppendBatch stores b (see the file comment).
-func (w *walImpl) AppendBatch(ctx context.Context, b walimpls.Batch) (walimpls.BatchResult, error) {
-	var res walimpls.BatchResult
+func (w *walImpl) AppendBatch(ctx context.Context, b walimpls.Batch) (res walimpls.BatchResult, err error) {
 	if len(b.Messages) > w.MaxBatch() {
 		return res, walimpls.Permanent(fmt.Errorf("jetstream: append batch to channel %q: %d messages, at most %d", w.n.channel, len(b.Messages), w.MaxBatch()))
 	}
@@ -119,8 +118,8 @@ func (w *walImpl) AppendBatch(ctx context.Context, b walimpls.Batch) (walimpls.B
 	if closed {
 		return res, fmt.Errorf("jetstream: append batch to channel %q: %w", w.n.channel, walimpls.ErrClosed)
 	}
-	ctx, cancel := w.o.reqCtx(ctx)
-	defer cancel()
+	ctx, end := w.o.request(ctx)
+	defer end(&err)
 	subj, err := w.markSubject(b.Chain)
 	if err != nil {
 		return res, walimpls.Permanent(err)
@@ -238,13 +237,13 @@ func (w *walImpl) batchErr(b walimpls.Batch, err error) error {
 }
 
 // LastMarker reads the chain's last marker.
-func (w *walImpl) LastMarker(ctx context.Context, chain string) (walimpls.Marker, error) {
+func (w *walImpl) LastMarker(ctx context.Context, chain string) (_ walimpls.Marker, err error) {
 	subj, err := w.markSubject(chain)
 	if err != nil {
 		return walimpls.Marker{}, walimpls.Permanent(err)
 	}
-	ctx, cancel := w.o.reqCtx(ctx)
-	defer cancel()
+	ctx, end := w.o.request(ctx)
+	defer end(&err)
 	return w.lastMarker(ctx, subj, chain)
 }
 

@@ -128,7 +128,7 @@ type opener struct {
 
 // Open opens (creating if needed) the channel's stream and, for a term > 0,
 // fences lower terms (see the package doc).
-func (o *opener) Open(ctx context.Context, opt *walimpls.OpenOption) (walimpls.WALImpls, error) {
+func (o *opener) Open(ctx context.Context, opt *walimpls.OpenOption) (_ walimpls.WALImpls, err error) {
 	if opt == nil {
 		return nil, errors.New("jetstream: Open: nil OpenOption")
 	}
@@ -142,8 +142,8 @@ func (o *opener) Open(ctx context.Context, opt *walimpls.OpenOption) (walimpls.W
 	if closed {
 		return nil, fmt.Errorf("jetstream: open channel %q: %w", opt.Channel, walimpls.ErrClosed)
 	}
-	ctx, cancel := o.reqCtx(ctx)
-	defer cancel()
+	ctx, end := o.request(ctx)
+	defer end(&err)
 	st, err := o.ensureStream(ctx, n)
 	if err != nil {
 		return nil, err
@@ -232,12 +232,26 @@ func checkSubjects(info *jetstream.StreamInfo, n names) error {
 	return nil
 }
 
-// reqCtx bounds a request by AckTimeout unless ctx already has a deadline.
-func (o *opener) reqCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+// errNoReply is a request that had no reply within AckTimeout: the server
+// is unreachable or lost it. Unlike the caller's own deadline, retryable.
+var errNoReply = errors.New("no reply within the ack timeout")
+
+// request bounds a request by AckTimeout unless ctx already has a deadline.
+// end releases it; when the request ran out of AckTimeout (and not of the
+// caller's time) it makes *err a retryable errNoReply, which no longer
+// wraps context.DeadlineExceeded.
+func (o *opener) request(ctx context.Context) (context.Context, func(err *error)) {
 	if _, ok := ctx.Deadline(); ok {
-		return context.WithCancel(ctx)
+		c, cancel := context.WithCancel(ctx)
+		return c, func(*error) { cancel() }
 	}
-	return context.WithTimeout(ctx, o.cfg.AckTimeout)
+	c, cancel := context.WithTimeoutCause(ctx, o.cfg.AckTimeout, errNoReply)
+	return c, func(err *error) {
+		if *err != nil && errors.Is(*err, context.DeadlineExceeded) && ctx.Err() == nil && errors.Is(context.Cause(c), errNoReply) {
+			*err = fmt.Errorf("%w (%s): %v", errNoReply, o.cfg.AckTimeout, *err)
+		}
+		cancel()
+	}
 }
 
 func (o *opener) forget(w *walImpl) {
@@ -269,13 +283,13 @@ func (o *opener) Close() {
 }
 
 // RemoveChannel deletes the channel's stream (data and fence records).
-func (o *opener) RemoveChannel(ctx context.Context, channel string) error {
+func (o *opener) RemoveChannel(ctx context.Context, channel string) (err error) {
 	n, err := channelNames(o.cfg.Namespace, channel)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := o.reqCtx(ctx)
-	defer cancel()
+	ctx, end := o.request(ctx)
+	defer end(&err)
 	if err := o.js.DeleteStream(ctx, n.stream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return fmt.Errorf("jetstream: remove channel %q (stream %s) on %s: %w", channel, n.stream, o.cfg.URL, err)
 	}

@@ -105,9 +105,9 @@ func (w *walImpl) breakChain() {
 // resync reads the stream's last sequence and the fence term and starts a new
 // chain there, or fails with ErrFenced when a higher term fenced the channel.
 // Called with sendMu held and nothing in flight.
-func (w *walImpl) resync(ctx context.Context) error {
-	rctx, cancel := w.o.reqCtx(ctx)
-	defer cancel()
+func (w *walImpl) resync(ctx context.Context) (err error) {
+	rctx, end := w.o.request(ctx)
+	defer end(&err)
 	last, fterm, err := w.lastSeqAndFence(rctx)
 	if err != nil {
 		return fmt.Errorf("jetstream: append to channel %q: resynchronising after a failed append: %w", w.n.channel, err)

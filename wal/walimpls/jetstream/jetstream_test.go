@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/consumerd/consumerd/internal/embednats"
+	"github.com/consumerd/consumerd/internal/freeport"
 	"github.com/consumerd/consumerd/internal/natstest"
 	"github.com/consumerd/consumerd/wal/message"
 	"github.com/consumerd/consumerd/wal/walimpls"
@@ -390,8 +391,8 @@ func TestMaxPayloadNamesSizes(t *testing.T) {
 // keep increasing; a fenced writer's term survives too.
 func TestServerRestartKeepsIDsAndTerms(t *testing.T) {
 	dir := t.TempDir()
-	srv := natstest.StartServer(t, embednats.Config{StoreDir: dir})
-	port := srv.Addr()[strings.LastIndex(srv.Addr(), ":")+1:]
+	port := freeport.Port(t) // the server comes back on the same address
+	srv := natstest.StartServer(t, embednats.Config{StoreDir: dir, Port: port})
 	ctx := ctxFor(t)
 	o := buildOpener(t, jetstream.Config{URL: srv.URL()})
 	w := openWAL(t, o, "recovery/restart", 3)
@@ -410,9 +411,7 @@ func TestServerRestartKeepsIDsAndTerms(t *testing.T) {
 	o.Close()
 	srv.Shutdown()
 
-	var portNum int
-	fmt.Sscan(port, &portNum)
-	srv2 := natstest.StartServer(t, embednats.Config{StoreDir: dir, Port: portNum})
+	srv2 := natstest.StartServer(t, embednats.Config{StoreDir: dir, Port: port})
 	o2 := buildOpener(t, jetstream.Config{URL: srv2.URL()})
 	stale := openWAL(t, o2, "recovery/restart", 2)
 	if _, err := stale.Append(ctx, message.MutableMessage{Payload: []byte("stale")}); !errors.Is(err, walimpls.ErrFenced) {
@@ -482,11 +481,8 @@ func TestTruncateUnderLaggingScanner(t *testing.T) {
 // the old ids.
 func TestScannerAndWriterSurviveServerRestart(t *testing.T) {
 	dir := t.TempDir()
-	srv := natstest.StartServer(t, embednats.Config{StoreDir: dir})
-	var port int
-	if _, err := fmt.Sscan(srv.Addr()[strings.LastIndex(srv.Addr(), ":")+1:], &port); err != nil {
-		t.Fatal(err)
-	}
+	port := freeport.Port(t) // the server comes back on the same address
+	srv := natstest.StartServer(t, embednats.Config{StoreDir: dir, Port: port})
 	ctx := ctxFor(t)
 	o := buildOpener(t, jetstream.Config{URL: srv.URL()})
 	w := openWAL(t, o, "words/0001", 0)
@@ -584,11 +580,8 @@ func TestFullyTruncatedChannelSurvivesRestart(t *testing.T) {
 // increasing, and a lower term is still fenced.
 func TestFencedWriterRidesThroughServerRestart(t *testing.T) {
 	dir := t.TempDir()
-	srv := natstest.StartServer(t, embednats.Config{StoreDir: dir})
-	var port int
-	if _, err := fmt.Sscan(srv.Addr()[strings.LastIndex(srv.Addr(), ":")+1:], &port); err != nil {
-		t.Fatal(err)
-	}
+	port := freeport.Port(t) // the server comes back on the same address
+	srv := natstest.StartServer(t, embednats.Config{StoreDir: dir, Port: port})
 	ctx := ctxFor(t)
 	o := buildOpener(t, jetstream.Config{URL: srv.URL()})
 	w := openWAL(t, o, "recovery/ride", 5)
@@ -910,6 +903,35 @@ func TestNamespacesApart(t *testing.T) {
 		}
 		if subj := st.CachedInfo().Config.Subjects; !slices.Contains(subj, s.subject) {
 			t.Errorf("stream %s captures %v, want %s among them", s.stream, subj, s.subject)
+		}
+	}
+}
+
+// TestRequestTimeoutIsRetryable: with the server gone, a request that gets
+// no reply within AckTimeout fails with a retryable error (the adaptor and
+// the shard retry it; the caller's own deadline, in contrast, is final).
+func TestRequestTimeoutIsRetryable(t *testing.T) {
+	srv := natstest.StartServer(t, embednats.Config{})
+	o := buildOpener(t, jetstream.Config{URL: srv.URL(), AckTimeout: 300 * time.Millisecond})
+	w := openWAL(t, o, "words/0001", 0)
+	srv.Shutdown()
+	for name, call := range map[string]func(context.Context) error{
+		"LastID":     func(ctx context.Context) error { _, err := w.LastID(ctx); return err },
+		"LastMarker": func(ctx context.Context) error { _, err := w.(walimpls.BatchAppender).LastMarker(ctx, "c"); return err },
+		"Open": func(ctx context.Context) error {
+			_, err := o.Open(ctx, &walimpls.OpenOption{Channel: "words/0002"})
+			return err
+		},
+	} {
+		err := call(context.Background())
+		if err == nil || !walimpls.IsRetryable(err) || errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "no reply within the ack timeout") {
+			t.Errorf("%s without a server: %v (retryable %v), want a retryable no-reply error", name, err, walimpls.IsRetryable(err))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err = call(ctx)
+		cancel()
+		if walimpls.IsRetryable(err) {
+			t.Errorf("%s past the caller's deadline: %v is retryable, want final", name, err)
 		}
 	}
 }

@@ -25,15 +25,15 @@ const (
 // Read opens an ordered consumer on the channel's data subject (fence records
 // are never delivered) at opt.DeliverPolicy. A start position below the
 // truncation point fails with ErrTruncated.
-func (w *walImpl) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.ScannerImpls, error) {
+func (w *walImpl) Read(ctx context.Context, opt walimpls.ReadOption) (_ walimpls.ScannerImpls, err error) {
 	w.mu.Lock()
 	closed := w.closed
 	w.mu.Unlock()
 	if closed {
 		return nil, fmt.Errorf("jetstream: read channel %q: %w", w.n.channel, walimpls.ErrClosed)
 	}
-	rctx, cancel := w.o.reqCtx(ctx)
-	defer cancel()
+	rctx, end := w.o.request(ctx)
+	defer end(&err)
 	info, err := w.st.Info(rctx)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: read channel %q: stream info: %w", w.n.channel, err)

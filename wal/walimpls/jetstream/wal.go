@@ -158,9 +158,9 @@ func (w *walImpl) fence(ctx context.Context) error {
 }
 
 // LastID is the sequence of the last message on the data subject, or 0.
-func (w *walImpl) LastID(ctx context.Context) (message.MessageID, error) {
-	ctx, cancel := w.o.reqCtx(ctx)
-	defer cancel()
+func (w *walImpl) LastID(ctx context.Context) (_ message.MessageID, err error) {
+	ctx, end := w.o.request(ctx)
+	defer end(&err)
 	raw, err := w.st.GetLastMsgForSubject(ctx, w.n.data)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, nil
@@ -184,7 +184,7 @@ func truncatedBelow(md map[string]string) uint64 {
 // the stream's metadata (so reads below it fail with ErrTruncated), then
 // purges the data subject below it. Fence records are kept. A point beyond
 // the last sequence is clamped to last+1.
-func (w *walImpl) Truncate(ctx context.Context, id message.MessageID) error {
+func (w *walImpl) Truncate(ctx context.Context, id message.MessageID) (err error) {
 	if id <= 1 {
 		return nil
 	}
@@ -194,8 +194,8 @@ func (w *walImpl) Truncate(ctx context.Context, id message.MessageID) error {
 		return walimpls.Permanent(fmt.Errorf("jetstream: truncate channel %q: nats-server %s keeps no stream metadata, where the truncation point is recorded (2.10 or newer does): %w",
 			w.n.channel, w.o.nc.ConnectedServerVersion(), errors.ErrUnsupported))
 	}
-	ctx, cancel := w.o.reqCtx(ctx)
-	defer cancel()
+	ctx, end := w.o.request(ctx)
+	defer end(&err)
 	w.o.truncMu.Lock()
 	info, err := w.st.Info(ctx)
 	if err != nil {
@@ -269,9 +269,9 @@ func randomID() string {
 }
 
 // Count is the number of messages on the channel's data subject.
-func (w *walImpl) Count(ctx context.Context) (uint64, error) {
-	ctx, cancel := w.o.reqCtx(ctx)
-	defer cancel()
+func (w *walImpl) Count(ctx context.Context) (_ uint64, err error) {
+	ctx, end := w.o.request(ctx)
+	defer end(&err)
 	info, err := w.st.Info(ctx, jetstream.WithSubjectFilter(w.n.data))
 	if err != nil {
 		return 0, fmt.Errorf("jetstream: count channel %q: stream info: %w", w.n.channel, err)
