@@ -2,16 +2,20 @@ package shard_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/consumerd/consumerd/allocator"
 	"github.com/consumerd/consumerd/examples/wordcount"
+	"github.com/consumerd/consumerd/recoverylog"
 	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/shard/shardtest"
 	"github.com/consumerd/consumerd/topic"
+	"github.com/consumerd/consumerd/wal/message"
 	"github.com/consumerd/consumerd/wal/walimpls/memory"
 )
 
@@ -91,5 +95,46 @@ func TestFailuresAreIsolated(t *testing.T) {
 	}
 	if _, _, ok := n.Service.Primary("bad"); ok {
 		t.Fatal("a failed shard still serves queries")
+	}
+}
+
+// TestTransientWALFailureRestarts: the recovery log refuses appends for a
+// while (the WAL's retries run out: a NATS outage longer than they wait).
+// The primary does not go FAILED: it says it is restarting, restarts by
+// itself once the WAL is back, and its counts are exact.
+func TestTransientWALFailureRestarts(t *testing.T) {
+	mem := memory.NewBuilder()
+	spec := shardtest.WordcountSpec("wc-0", 0, 0)
+	recovery := recoverylog.Channel(spec.ID)
+	var down atomic.Bool
+	mem.SetAppendHook(func(ch string, msg *message.MutableMessage, st memory.Stage) error {
+		if ch == recovery && st == memory.BeforeStore && down.Load() {
+			return errors.New("injected: nats: connection closed")
+		}
+		return nil
+	})
+	e := shardtest.NewCluster(t, mem, wordcount.App())
+	e.PutSpec(spec)
+	lines := shardtest.Corpus(3, 60)
+	e.Publish(0, lines[:20]...)
+	n := e.StartNode("n", t.TempDir())
+	e.Assign(n, spec.ID, 0)
+	e.WaitState(n, spec.ID, 0, allocator.StatePrimary)
+	if d := shardtest.DiffCounts(e.Counts(n, spec), wordcount.Count(lines[:20])); d != "" {
+		t.Fatal(d)
+	}
+
+	down.Store(true)
+	e.Publish(0, lines[20:40]...)
+	shardtest.Eventually(t, "the replica to report a restart", func() (bool, string) {
+		st, _ := e.Status(n, spec.ID, 0)
+		return st.State == allocator.StateBackfill && strings.Contains(st.Error, "restarting in") &&
+			strings.Contains(st.Error, "injected: nats: connection closed"), fmt.Sprintf("status %+v", st)
+	})
+	down.Store(false)
+	e.Publish(0, lines[40:]...)
+	e.WaitState(n, spec.ID, 0, allocator.StatePrimary)
+	if d := shardtest.DiffCounts(e.Counts(n, spec), wordcount.Count(lines)); d != "" {
+		t.Fatalf("after the restart: %s", d)
 	}
 }

@@ -4,10 +4,14 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/consumerd/consumerd/allocator"
 	"github.com/consumerd/consumerd/examples/wordcount"
+	"github.com/consumerd/consumerd/internal/embednats"
+	"github.com/consumerd/consumerd/internal/freeport"
 	"github.com/consumerd/consumerd/internal/natstest"
 	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/shard/shardtest"
@@ -82,3 +86,44 @@ func TestWordcountOnJetStream(t *testing.T) {
 }
 
 type shardtestSpec struct{ *shard.Spec }
+
+// TestPrimaryRestartsAfterNATSOutage: nats-server stops while a primary
+// has a transaction open, so its commit fails and so does every reopen of
+// the recovery log until the server is back. The primary restarts by
+// itself (never FAILED), takes over again with the same term, and its
+// counts are exact.
+func TestPrimaryRestartsAfterNATSOutage(t *testing.T) {
+	dir := t.TempDir()
+	port := freeport.Port(t) // the server comes back on the same address
+	srv := natstest.StartServer(t, embednats.Config{StoreDir: dir, Port: port})
+	held, gate := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	app := shardtest.HookedApp(wordcount.Name, func(s shard.Shard, env topic.Envelope) error {
+		if string(env.Message.Payload) == "stall here" {
+			once.Do(func() { close(held); <-gate })
+		}
+		return nil
+	})
+	// A short ack timeout: the dead connection's appends fail in seconds.
+	e := shardtest.NewCluster(t, jetstream.NewBuilder(jetstream.Config{URL: srv.URL(), AckTimeout: 2 * time.Second}), app)
+	spec := shardtest.WordcountSpec("wc-0", 0, 0)
+	e.PutSpec(spec)
+	lines := append(shardtest.Corpus(5, 40), "stall here")
+	e.Publish(0, lines...)
+	n := e.StartNode("n", t.TempDir())
+	e.Assign(n, spec.ID, 0)
+	<-held
+	srv.Shutdown()
+	close(gate) // the transaction commits into a dead connection
+	shardtest.Eventually(t, "the primary to report a restart", func() (bool, string) {
+		st, _ := e.Status(n, spec.ID, 0)
+		return st.State == allocator.StateBackfill && strings.Contains(st.Error, "restarting in"), fmt.Sprintf("status %+v", st)
+	})
+	natstest.StartServer(t, embednats.Config{StoreDir: dir, Port: port})
+	e.WaitState(n, spec.ID, 0, allocator.StatePrimary)
+	more := shardtest.Corpus(6, 20)
+	e.Publish(0, more...)
+	if d := shardtest.DiffCounts(e.Counts(n, spec), wordcount.Count(append(lines, more...))); d != "" {
+		t.Fatalf("after the outage: %.500s", d)
+	}
+}

@@ -37,6 +37,10 @@ var (
 		Name: "consumerd_shard_failures_total",
 		Help: "Shard replicas that stopped in state FAILED.",
 	}, []string{"shard"})
+	metricRestarts = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "consumerd_shard_restarts_total",
+		Help: "Shard replicas restarted by themselves after a transient failure of the WAL or etcd.",
+	}, []string{"shard"})
 	metricOutputsPublished = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "consumerd_shard_outputs_published_total",
 		Help: "Output messages of committed transactions published (exactly once) by this process's primaries.",

@@ -222,9 +222,26 @@ func (r *replica) run(ctx context.Context) {
 			return
 		}
 	}
-	err := r.lifecycle(ctx)
-	for n := 1; r.rebootstrap(ctx, err, n); n++ {
+	// Restart after a snapshot restore (a standby behind a truncated log)
+	// or a transient failure (transient.go); else the error stands.
+	restarts := restartBackoff.Start()
+	var err error
+	for rebootstraps := 0; ; {
+		start := time.Now()
 		err = r.lifecycle(ctx)
+		if r.rebootstrap(ctx, err, rebootstraps+1) {
+			rebootstraps++
+		} else if !r.restartAfter(ctx, err, time.Since(start), restarts) {
+			break
+		}
+		// The new lifecycle is promoted at once if the slot is still 0:
+		// the failed one may have taken the signal.
+		if r.assignment().Slot == 0 {
+			select {
+			case r.promoteCh <- struct{}{}:
+			default:
+			}
+		}
 	}
 	switch {
 	case err == nil || ctx.Err() != nil:

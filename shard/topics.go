@@ -20,7 +20,8 @@ func EtcdTopics(cli *clientv3.Client, root string) func(ctx context.Context, nam
 		key := topic.Key(root, name)
 		resp, err := cli.Get(ctx, key)
 		if err != nil {
-			return topic.Description{}, fmt.Errorf("reading topic %s from etcd: %w", name, err)
+			// etcd's unavailability is not the shard's fault: transient.
+			return topic.Description{}, markTransient(fmt.Errorf("reading topic %s from etcd: %w", name, err))
 		}
 		if len(resp.Kvs) == 0 {
 			return topic.Description{}, fmt.Errorf("topic %q (%s): %w", name, key, ErrTopicNotFound)
