@@ -105,6 +105,10 @@ func (c *converger) write(ctx context.Context, txns []plannedTxn) error {
 		if c.log.IsDebug() {
 			c.log.Debug("converge txn", "revision", lastRev, "ops", strings.Join(t.descs, "; "))
 		}
+		if len(t.repairs) > 0 {
+			c.log.Warn("deleted assignment keys whose value does not decode (no member could act on them)",
+				"revision", lastRev, "keys", strings.Join(t.repairs, "; "))
+		}
 	}
 	return c.m.ks.WaitForRevision(ctx, lastRev)
 }

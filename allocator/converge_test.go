@@ -40,6 +40,15 @@ func (b *snapBuilder) assign(item, member string, slot int, st ReplicaState) *sn
 	return b
 }
 
+// junk adds an assignment key whose value does not decode.
+func (b *snapBuilder) junk(item, member string, slot int) *snapBuilder {
+	b.rev++
+	z, m, _ := strings.Cut(member, "/")
+	b.snap.Undecodable = append(b.snap.Undecodable, Assignment{Item: item, Zone: z, Member: m, Slot: slot,
+		CreateRevision: b.rev, ModRevision: b.rev})
+	return b
+}
+
 func (b *snapBuilder) build() Snapshot {
 	s := b.snap
 	s.Revision = b.rev
@@ -111,6 +120,16 @@ func TestPlanConverge(t *testing.T) {
 		snap: newSnap().member("a", "m1", 5, false).item("s1", 1).
 			assign("s1", "a/m1", 0, StatePrimary).assign("s1", "a/ghost", 1, StateStandby).assign("gone", "a/m1", 0, StatePrimary).build(),
 		want: []string{"cleanup gone/a/m1/0", "cleanup s1/a/ghost/1"},
+	}, {
+		name: "undecodable keys are deleted; their slots are not written that round",
+		snap: newSnap().member("a", "m1", 5, false).member("a", "m2", 5, false).item("s1", 2).
+			junk("s1", "a/m2", 1).junk("s1", "a/ghost", 7).build(),
+		want: []string{"add s1/a/m1/0", "add s1/a/m2/2", "delete undecodable s1/a/ghost/7", "delete undecodable s1/a/m2/1"},
+	}, {
+		name: "undecodable slot-0 key: deleted; the promotion waits for the next round",
+		snap: newSnap().member("a", "m2", 5, false).item("s1", 1).
+			assign("s1", "a/m2", 1, StateStandby).junk("s1", "a/ghost", 0).build(),
+		want: []string{"delete undecodable s1/a/ghost/0"},
 	}, {
 		name: "failed replica stays",
 		snap: newSnap().member("a", "m1", 5, false).member("a", "m2", 5, false).item("s1", 2).

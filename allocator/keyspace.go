@@ -38,7 +38,19 @@ type KeySpace struct {
 	// badAssign holds assignment keys whose key parses but whose value does
 	// not decode: skipped, but their slots are taken.
 	badAssign map[string]Assignment
-	changed   chan struct{} // closed and replaced on every update
+	// badItems holds, by id, the decode error of item keys whose id parses
+	// but whose value does not: skipped, but reported (Snapshot.InvalidItems).
+	badItems map[string]string
+	changed  chan struct{} // closed and replaced on every update
+}
+
+// decoded is what decodeInto fills.
+type decoded struct {
+	members     map[string]MemberInfo
+	items       map[string]ItemInfo
+	assignments map[string]Assignment
+	badAssign   map[string]Assignment
+	badItems    map[string]string
 }
 
 // NewKeySpace returns an empty mirror of prefix. decodeItem nil means
@@ -59,6 +71,7 @@ func NewKeySpace(client *clientv3.Client, prefix string, decodeItem func(id stri
 		items:       map[string]ItemInfo{},
 		assignments: map[string]Assignment{},
 		badAssign:   map[string]Assignment{},
+		badItems:    map[string]string{},
 		changed:     make(chan struct{}),
 	}
 }
@@ -73,15 +86,13 @@ func (ks *KeySpace) Load(ctx context.Context) error {
 		etcdErrors.Inc()
 		return fmt.Errorf("loading %s/: %w", ks.prefix, err)
 	}
-	members := map[string]MemberInfo{}
-	items := map[string]ItemInfo{}
-	assignments := map[string]Assignment{}
-	bad := map[string]Assignment{}
+	d := decoded{members: map[string]MemberInfo{}, items: map[string]ItemInfo{}, assignments: map[string]Assignment{},
+		badAssign: map[string]Assignment{}, badItems: map[string]string{}}
 	for _, kv := range resp.Kvs {
-		ks.decodeInto(kv, members, items, assignments, bad)
+		ks.decodeInto(kv, d)
 	}
 	ks.mu.Lock()
-	ks.members, ks.items, ks.assignments, ks.badAssign = members, items, assignments, bad
+	ks.members, ks.items, ks.assignments, ks.badAssign, ks.badItems = d.members, d.items, d.assignments, d.badAssign, d.badItems
 	ks.revision = resp.Header.Revision
 	ks.loaded = true
 	ks.notifyLocked()
@@ -182,6 +193,7 @@ func (ks *KeySpace) apply(resp clientv3.WatchResponse) {
 			delete(ks.assignments, key)
 			if id, err := parseItemKey(ks.prefix, key); err == nil {
 				delete(ks.items, id)
+				delete(ks.badItems, id)
 			}
 			continue
 		}
@@ -191,8 +203,10 @@ func (ks *KeySpace) apply(resp clientv3.WatchResponse) {
 		delete(ks.assignments, key)
 		if id, err := parseItemKey(ks.prefix, key); err == nil {
 			delete(ks.items, id)
+			delete(ks.badItems, id)
 		}
-		ks.decodeInto(ev.Kv, ks.members, ks.items, ks.assignments, ks.badAssign)
+		ks.decodeInto(ev.Kv, decoded{members: ks.members, items: ks.items, assignments: ks.assignments,
+			badAssign: ks.badAssign, badItems: ks.badItems})
 	}
 	if r := resp.Header.Revision; r > ks.revision {
 		ks.revision = r
@@ -207,7 +221,7 @@ func (ks *KeySpace) notifyLocked() {
 
 // decodeInto decodes one key/value into the maps, logging and skipping what
 // does not decode.
-func (ks *KeySpace) decodeInto(kv *mvccpb.KeyValue, members map[string]MemberInfo, items map[string]ItemInfo, assignments, bad map[string]Assignment) {
+func (ks *KeySpace) decodeInto(kv *mvccpb.KeyValue, d decoded) {
 	key := string(kv.Key)
 	rest := strings.TrimPrefix(key, ks.prefix)
 	switch {
@@ -216,7 +230,7 @@ func (ks *KeySpace) decodeInto(kv *mvccpb.KeyValue, members map[string]MemberInf
 		if err == nil {
 			var spec MemberSpec
 			if spec, err = decodeMemberSpec(kv.Value); err == nil {
-				members[key] = MemberInfo{Zone: zone, ID: id, Spec: spec, Lease: kv.Lease,
+				d.members[key] = MemberInfo{Zone: zone, ID: id, Spec: spec, Lease: kv.Lease,
 					CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision}
 				return
 			}
@@ -230,10 +244,11 @@ func (ks *KeySpace) decodeInto(kv *mvccpb.KeyValue, members map[string]MemberInf
 				if it == nil {
 					err = errors.New("decoder returned no item")
 				} else {
-					items[id] = ItemInfo{ID: id, Raw: append([]byte(nil), kv.Value...), Item: it, ModRevision: kv.ModRevision}
+					d.items[id] = ItemInfo{ID: id, Raw: append([]byte(nil), kv.Value...), Item: it, ModRevision: kv.ModRevision}
 					return
 				}
 			}
+			d.badItems[id] = err.Error()
 		}
 		ks.skip(key, err)
 	case strings.HasPrefix(rest, assignDir):
@@ -241,10 +256,10 @@ func (ks *KeySpace) decodeInto(kv *mvccpb.KeyValue, members map[string]MemberInf
 		if err == nil {
 			a.CreateRevision, a.ModRevision = kv.CreateRevision, kv.ModRevision
 			if a.Status, err = DecodeReplicaStatus(kv.Value); err == nil {
-				assignments[key] = a
+				d.assignments[key] = a
 				return
 			}
-			bad[key] = a
+			d.badAssign[key] = a
 		}
 		ks.skip(key, err)
 	default:
@@ -310,6 +325,12 @@ func (ks *KeySpace) Snapshot() Snapshot {
 	}
 	for _, a := range ks.badAssign {
 		s.Undecodable = append(s.Undecodable, a)
+	}
+	if len(ks.badItems) > 0 {
+		s.InvalidItems = make(map[string]string, len(ks.badItems))
+		for id, e := range ks.badItems {
+			s.InvalidItems[id] = e
+		}
 	}
 	ks.mu.RUnlock()
 

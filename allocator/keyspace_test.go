@@ -58,6 +58,10 @@ func TestKeySpaceLoadWatchCompaction(t *testing.T) {
 	if len(snap.Assignments) != 1 || snap.Assignments[0].Status.State != StatePrimary {
 		t.Fatalf("assignments %+v", snap.Assignments)
 	}
+	// The malformed item is not an item, but it is reported.
+	if e := snap.InvalidItems["bad"]; len(snap.InvalidItems) != 1 || !strings.Contains(e, "unexpected end of JSON") {
+		t.Fatalf("invalid items %v", snap.InvalidItems)
+	}
 
 	// Changes while nobody watches, then compaction past the mirror's revision:
 	// Watch must notice and reload.
@@ -96,6 +100,21 @@ func TestKeySpaceLoadWatchCompaction(t *testing.T) {
 	snap = ks.Snapshot()
 	if _, ok := snap.Items["s2"]; ok || len(snap.Members) != 0 || snap.Leader != "" {
 		t.Fatalf("after updates: items %v members %v leader %q", snap.Items, snap.Members, snap.Leader)
+	}
+	if _, ok := snap.InvalidItems["s2"]; !ok {
+		t.Fatalf("s2 turned malformed but is not reported: %v", snap.InvalidItems)
+	}
+	// Fixing one and deleting the other clear them.
+	putJSON(t, c, ItemKey(p, "s2"), map[string]any{"hot_standbys": 0})
+	resp, err = c.Delete(ctx, ItemKey(p, "bad"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ks.WaitForRevision(ctx, resp.Header.Revision); err != nil {
+		t.Fatal(err)
+	}
+	if snap = ks.Snapshot(); len(snap.InvalidItems) != 0 || len(snap.Items) != 2 {
+		t.Fatalf("after fixing: items %v invalid %v", snap.Items, snap.InvalidItems)
 	}
 	// WaitForRevision honours its context.
 	short, scancel := context.WithTimeout(ctx, 50*time.Millisecond)

@@ -19,6 +19,9 @@ type opGroup struct {
 	ops                       []clientv3.Op
 	adds, removes, promotions int
 	desc                      string
+	// repair marks a group that removes damage (a key nobody should have
+	// written): the converger logs it as a WARN once it commits.
+	repair bool
 }
 
 // convergePlan is the result of planning one round.
@@ -101,7 +104,10 @@ func scheduleInput(snap Snapshot, prefix string) *planInput {
 //     replica when there is no primary) to slot 0 in one group with the removal
 //     (or demotion to a standby slot) of the old primary; the new slot-0 key has
 //     a new CreateRevision, the new primary's term;
-//   - assignments whose item or member is gone are deleted;
+//   - assignments whose item or member is gone are deleted, and so are
+//     assignment keys whose value does not decode (written by hand or by a
+//     bug: no member can act on them, and a slot-0 one would block every
+//     promotion of the item);
 //   - FAILED replicas are kept (the scheduler pins them) until an operator
 //     unassigns them or their member exits.
 //
@@ -175,6 +181,7 @@ type plannedTxn struct {
 	ops                       []clientv3.Op
 	adds, removes, promotions int
 	descs                     []string
+	repairs                   []string // descs of repair groups
 }
 
 // batchGroups packs groups into transactions of at most maxTxnOps operations
@@ -210,6 +217,9 @@ func batchGroups(groups []opGroup, leaderCmp clientv3.Cmp) []plannedTxn {
 		cur.removes += g.removes
 		cur.promotions += g.promotions
 		cur.descs = append(cur.descs, g.desc)
+		if g.repair {
+			cur.repairs = append(cur.repairs, g.desc)
+		}
 	}
 	return out
 }

@@ -22,6 +22,11 @@ func planGroups(in *planInput, sol *Solution, overshoot []bool) convergePlan {
 	for _, a := range in.orphans {
 		p.plan.groups = append(p.plan.groups, in.removeGroup("cleanup ", a))
 	}
+	for _, a := range in.snap.Undecodable {
+		g := in.removeGroup("delete undecodable ", a)
+		g.repair = true
+		p.plan.groups = append(p.plan.groups, g)
+	}
 	for i := range in.items {
 		st := p.readItem(i)
 		p.planAdds(st)
@@ -39,8 +44,8 @@ type planner struct {
 	// held counts, per member, its current assignments plus the adds planned
 	// so far: the load it will have before it gives anything up.
 	held []int
-	// taken holds, per item, the slots of its undecodable keys: the leader
-	// must not write those keys.
+	// taken holds, per item, the slots of its undecodable keys: deleted
+	// this round, so the leader must not write those keys until the next.
 	taken map[string][]int
 	plan  convergePlan
 }
@@ -170,7 +175,7 @@ func (p *planner) planAdds(st *itemState) {
 
 // planPromotion plans the promotion of the desired primary, when it holds a
 // standby slot now and may take over (see mayPromote). An undecodable slot-0
-// key blocks it: the new slot-0 key could not be created.
+// key defers it to the next round: this round deletes that key.
 func (p *planner) planPromotion(st *itemState) {
 	if len(st.d) == 0 {
 		return

@@ -31,6 +31,7 @@ var update = flag.Bool("update", false, "rewrite expected blocks of testdata/sce
 //	delete-item I
 //	put KEY VALUE...        raw put of <root>/KEY (e.g. malformed keys)
 //	delete KEY              raw delete of <root>/KEY (e.g. an operator's unassign)
+//	absent KEY              assert <root>/KEY does not exist
 //	status I Z/M STATE      the member writes STATE on its assignment of I
 //	ready                   every IDLE/BACKFILL replica reports STANDBY (slot 0: PRIMARY;
 //	                        a promoted slot-0 STANDBY reports PRIMARY),
@@ -229,6 +230,12 @@ func (s *scenario) exec(text string) error {
 		return err
 	case "put":
 		_, err := s.client.Put(ctx, s.prefix+"/"+f[1], strings.Join(f[2:], " "))
+		return err
+	case "absent":
+		resp, err := s.client.Get(ctx, s.prefix+"/"+f[1])
+		if err == nil && len(resp.Kvs) > 0 {
+			err = fmt.Errorf("key %s exists: %q", f[1], resp.Kvs[0].Value)
+		}
 		return err
 	case "status", "fail":
 		var item, member, state string

@@ -99,6 +99,10 @@ type Snapshot struct {
 	// not (Status is zero): they are not assignments, but their keys are
 	// taken, so the leader does not write a key that already exists.
 	Undecodable []Assignment
+	// InvalidItems are the ids of item keys whose value does not decode,
+	// with the error: not items (absent from Items), but they exist, and
+	// whatever is built from Items misses them.
+	InvalidItems map[string]string
 	// Leader is "zone/member" of the member with the lowest CreateRevision,
 	// or "" when there are no members.
 	Leader string

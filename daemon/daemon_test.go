@@ -123,6 +123,8 @@ func TestServeConfigValidate(t *testing.T) {
 		{[]string{"--wal.namespace", "KV"}, `--wal.namespace: namespace "KV": reserved`},
 		{[]string{"--wal.url", "localhost"}, "--wal.url"},
 		{[]string{"--wal.sync", "sometimes"}, "--wal.sync"},
+		{[]string{"--wal.sync", "always"}, ""},
+		{[]string{"--wal.sync", "always", "--wal.url", "nats://10.0.0.1:4222"}, "--wal.sync: 'always' configures the embedded nats-server"},
 		{[]string{"--wal.replicas", "0"}, "--wal.replicas"},
 		{[]string{"--member.id", "a/b"}, "--member.id"},
 		{[]string{"--member.zone", ""}, "--member.zone"},
@@ -254,17 +256,20 @@ func testSnapshot() allocator.Snapshot {
 			{Item: "wc-0", Zone: "a", Member: "m1", Slot: 0, Status: allocator.ReplicaStatus{State: allocator.StatePrimary}},
 			{Item: "wc-0", Zone: "b", Member: "m2", Slot: 1, Status: allocator.ReplicaStatus{State: allocator.StateStandby}},
 			{Item: "wc-1", Zone: "b", Member: "m2", Slot: 1, Status: allocator.ReplicaStatus{State: allocator.StateFailed, Error: "boom"}},
+			{Item: "wc-3", Zone: "a", Member: "m1", Slot: 0, Status: allocator.ReplicaStatus{State: allocator.StatePrimary}},
 		},
-		Leader: "b/m2",
+		InvalidItems: map[string]string{"wc-3": `shard spec "wc-3": bad`},
+		Leader:       "b/m2",
 	}
 }
 
 func TestShardRows(t *testing.T) {
 	rows := shardRows(testSnapshot())
 	b, _ := json.Marshal(rows)
-	want := `[{"id":"wc-0","status":"PRIMARY","primary":"m1","replicas":[{"member":"m1","zone":"a","slot":0,"state":"PRIMARY"},{"member":"m2","zone":"b","slot":1,"state":"STANDBY"}],"lag":{}},` +
+	want := `[{"id":"wc-0","status":"PRIMARY","primary":"m1","primary_zone":"a","replicas":[{"member":"m1","zone":"a","slot":0,"state":"PRIMARY"},{"member":"m2","zone":"b","slot":1,"state":"STANDBY"}],"lag":{}},` +
 		`{"id":"wc-1","status":"UNASSIGNED","primary":"","replicas":[{"member":"m2","zone":"b","slot":1,"state":"FAILED","error":"boom"}],"lag":{}},` +
-		`{"id":"wc-2","status":"DISABLED","primary":"","replicas":[],"lag":{}}]`
+		`{"id":"wc-2","status":"DISABLED","primary":"","replicas":[],"lag":{}},` +
+		`{"id":"wc-3","status":"INVALID","error":"shard spec \"wc-3\": bad","primary":"m1","primary_zone":"a","replicas":[{"member":"m1","zone":"a","slot":0,"state":"PRIMARY"}],"lag":{}}]`
 	if string(b) != want {
 		t.Fatalf("got  %s\nwant %s", b, want)
 	}
@@ -272,7 +277,8 @@ func TestShardRows(t *testing.T) {
 	if err := writeShardTable(&buf, rows); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(buf.String(), "a/m1:0=PRIMARY,b/m2:1=STANDBY") || !strings.HasPrefix(buf.String(), "ID ") {
+	if !strings.Contains(buf.String(), "a/m1:0=PRIMARY,b/m2:1=STANDBY") || !strings.HasPrefix(buf.String(), "ID ") ||
+		!strings.Contains(buf.String(), `INVALID: shard spec "wc-3": bad`) || !strings.Contains(buf.String(), "  a/m1     a/m1:0=PRIMARY,") {
 		t.Fatalf("table:\n%s", buf.String())
 	}
 }

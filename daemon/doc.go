@@ -30,8 +30,9 @@
 // topic.Publisher, read topics through WAL scanners, and gather query
 // answers over HTTP from the shard primaries that routeQuery picks (every
 // shard of the app, or for an app keyed by a topic only the owner of the
-// key's partition) — never a partial answer: a shard without a serving
-// primary is an error. Keys, values and payloads are bytes throughout; JSON
+// key's partition) — never a silently partial answer: a shard without a
+// serving primary, or a shard spec in etcd that does not decode, is an error
+// unless the user asked for a partial answer (--partial), which then says so. Keys, values and payloads are bytes throughout; JSON
 // carries a field as text when it is valid UTF-8 and as base64 ("key_b64")
 // otherwise (bytes.go).
 //

@@ -77,6 +77,12 @@ type QueryResponse struct {
 	Found    *bool   `json:"found,omitempty"`
 	Value    *string `json:"value,omitempty"`
 	ValueB64 *string `json:"value_b64,omitempty"`
+	// Entries is, for all=1 over the app (no shard parameter), every key
+	// and its value merged over the shards, sorted by key bytes.
+	Entries []QueryEntry `json:"entries,omitempty"`
+	// Partial, set only when the request said partial=1, says which shards
+	// the answer is missing and why.
+	Partial string `json:"partial,omitempty"`
 }
 
 // QueryEntry is one key and its value in QueryResponse.Shards.
@@ -251,11 +257,17 @@ func httpError(w http.ResponseWriter, code int, format string, args ...any) {
 //	?app=A&shard=S&key=K   K's value on shard S (forwarded once to S's primary)
 //	?app=A&shard=S&all=1   every key/value on shard S (forwarded likewise)
 //	?app=A&key=K           K's value merged over the shards routeQuery picks
-//	?app=A&all=1           every key/value of this member's primaries of A
+//	?app=A&all=1           every key/value of app A, merged over all its shards
+//
+// The last two are never silently partial: a shard that does not answer, or
+// a shard spec in etcd that does not decode, is an error (503) naming it;
+// with partial=1 an invalid spec is reported in the answer's "partial"
+// field instead.
 func (s *server) query(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	appName, shardID := q.Get("app"), q.Get("shard")
 	all := q.Get("all") == "1" || q.Get("all") == "true"
+	partial := q.Get("partial") == "1" || q.Get("partial") == "true"
 	app, ok := s.apps[appName]
 	if !ok {
 		httpError(w, http.StatusNotFound, "unknown app %q", appName)
@@ -291,28 +303,21 @@ func (s *server) query(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		resp.Shards[shardID] = queryEntries(vals)
-	case all:
-		for _, ri := range sess.svc.Status() {
-			if ri.App != appName || ri.Slot != 0 || ri.State != allocator.StatePrimary {
-				continue
-			}
-			vals, local, err := s.queryLocal(sess, app, ri.Shard, "", true)
-			if err != nil {
-				httpError(w, http.StatusInternalServerError, "shard %s: %v", ri.Shard, err)
-				return
-			}
-			if local {
-				resp.Shards[ri.Shard] = queryEntries(vals)
-			}
-		}
 	default:
 		snap := sess.member.KeySpace().Snapshot()
-		route, err := routeQuery(r.Context(), s.client, s.cfg.EtcdPrefix, snap, app, key, false)
+		route, err := routeQuery(r.Context(), s.client, s.cfg.EtcdPrefix, snap, app, key, all)
 		if err != nil {
 			httpError(w, http.StatusServiceUnavailable, "%v", err)
 			return
 		}
-		per, err := gather(r.Context(), s.http, snap, app, route.Shards, key, false)
+		if err := route.incomplete(); err != nil {
+			if !partial {
+				httpError(w, http.StatusServiceUnavailable, "%v, or pass partial=1 to accept a partial answer", err)
+				return
+			}
+			resp.Partial = err.Error()
+		}
+		per, err := gather(r.Context(), s.http, snap, app, route.Shards, key, all)
 		if err != nil {
 			httpError(w, http.StatusServiceUnavailable, "%v", err)
 			return
@@ -324,6 +329,10 @@ func (s *server) query(w http.ResponseWriter, r *http.Request) {
 		}
 		for id, vals := range per {
 			resp.Shards[id] = queryEntries(vals)
+		}
+		if all {
+			resp.Entries = queryEntries(merged)
+			break
 		}
 		v, found := merged[key]
 		resp.Found = &found

@@ -26,11 +26,16 @@ import (
 type ShardRow struct {
 	ID string `json:"id"`
 	// Status is the primary's state (PRIMARY, BACKFILL, FAILED, ...),
-	// UNASSIGNED when the shard has no primary, DISABLED when disabled.
+	// UNASSIGNED when the shard has no primary, DISABLED when disabled,
+	// INVALID when its spec in etcd does not decode (Error says why).
 	Status string `json:"status"`
-	// Primary is the member id of slot 0, or "".
-	Primary  string       `json:"primary"`
-	Replicas []ReplicaRow `json:"replicas"`
+	// Error is, for an INVALID shard, why its spec does not decode.
+	Error string `json:"error,omitempty"`
+	// Primary is the member id of slot 0, or ""; PrimaryZone its zone
+	// (member ids are unique only within a zone).
+	Primary     string       `json:"primary"`
+	PrimaryZone string       `json:"primary_zone,omitempty"`
+	Replicas    []ReplicaRow `json:"replicas"`
 	// Lag is, per source channel, the channel's last message id minus the
 	// offset the primary has consumed to. A channel is missing when it could
 	// not be measured (no primary, primary or WAL unreachable).
@@ -61,6 +66,7 @@ type MemberRow struct {
 const (
 	StatusUnassigned = "UNASSIGNED"
 	StatusDisabled   = "DISABLED"
+	StatusInvalid    = "INVALID"
 )
 
 // shardRows builds the rows of `shards list` from a snapshot (pure).
@@ -69,8 +75,11 @@ func shardRows(snap allocator.Snapshot) []ShardRow {
 	for _, a := range snap.Assignments {
 		byItem[a.Item] = append(byItem[a.Item], a)
 	}
-	ids := make([]string, 0, len(snap.Items))
+	ids := make([]string, 0, len(snap.Items)+len(snap.InvalidItems))
 	for id := range snap.Items {
+		ids = append(ids, id)
+	}
+	for id := range snap.InvalidItems {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
@@ -80,13 +89,16 @@ func shardRows(snap allocator.Snapshot) []ShardRow {
 		if s, ok := snap.Items[id].Item.(*shard.Spec); ok && s != nil && s.Disable {
 			row.Status = StatusDisabled
 		}
+		if e, ok := snap.InvalidItems[id]; ok {
+			row.Status, row.Error = StatusInvalid, e
+		}
 		as := byItem[id]
 		sort.Slice(as, func(i, j int) bool { return as[i].Slot < as[j].Slot })
 		for _, a := range as {
 			row.Replicas = append(row.Replicas, ReplicaRow{Member: a.Member, Zone: a.Zone, Slot: a.Slot, State: string(a.Status.State), Error: a.Status.Error})
 			if a.Slot == 0 {
-				row.Primary = a.Member
-				if row.Status != StatusDisabled {
+				row.Primary, row.PrimaryZone = a.Member, a.Zone
+				if row.Status != StatusDisabled && row.Status != StatusInvalid {
 					row.Status = string(a.Status.State)
 				}
 			}
@@ -254,11 +266,15 @@ func writeShardTable(w io.Writer, rows []ShardRow) error {
 		for _, ch := range chans {
 			lags = append(lags, fmt.Sprintf("%s=%d", ch, r.Lag[ch]))
 		}
-		primary := r.Primary
-		if primary == "" {
-			primary = "-"
+		primary := "-"
+		if r.Primary != "" {
+			primary = r.PrimaryZone + "/" + r.Primary
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, r.Status, primary, orDash(strings.Join(reps, ",")), orDash(strings.Join(lags, ",")))
+		status := r.Status
+		if r.Error != "" && r.Status == StatusInvalid {
+			status += ": " + r.Error
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, status, primary, orDash(strings.Join(reps, ",")), orDash(strings.Join(lags, ",")))
 	}
 	return tw.Flush()
 }
@@ -285,7 +301,22 @@ func newShardsListCommand(opts Options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list [-o table|json]",
 		Short: "List shards: status, primary, replicas, per-source lag",
-		Args:  cobra.NoArgs,
+		Long: `list prints every shard: its status, its primary (zone/member), its replicas
+(zone/member:slot=STATE; slot 0 is the primary, the others hot standbys) and,
+per source channel, how far the primary is behind the channel's last message.
+STATUS is the primary's state, or what the shard lacks:
+  IDLE        assigned, not started yet
+  BACKFILL    replaying the recovery log into the local database (or
+              restarting after a transient failure: the error says when)
+  STANDBY     caught up, tailing the log (a standby's state)
+  PRIMARY     consuming its sources and writing the log
+  FAILED      stopped on an error a person must judge; the error says what.
+              'consumerd shards unassign --failed' restarts failed replicas
+  UNASSIGNED  no primary (no member free to take it)
+  DISABLED    its spec says disable
+  INVALID     its spec in etcd does not decode; the error says why. Write
+              a valid spec with 'consumerd shards apply'`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := validateOutput(output); err != nil {
 				return err

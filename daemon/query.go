@@ -17,7 +17,7 @@ import (
 func newQueryCommand(opts Options) *cobra.Command {
 	var cf clientFlags
 	var appName, key, keyHex string
-	var all, hexKeys bool
+	var all, hexKeys, partial bool
 	cmd := &cobra.Command{
 		Use:   "query --app A (--key K | --key-hex HEX | --all [--hex-keys])",
 		Short: "Read an app's state from its shard primaries over HTTP",
@@ -36,7 +36,10 @@ answers with the app's Merge (wordcount sums the counts).
 A key query of an app keyed by a topic (App.KeyedBy) asks only the shard(s)
 reading the key's partition of that topic; other queries ask every shard.
 A shard without a serving primary is an error (after retrying for --dial-timeout,
-as during a failover): the answer is never partial.`,
+as during a failover), and so is a shard spec in etcd that does not decode
+(its shard is not running): the answer is never silently partial. With
+--partial, invalid shard specs are reported on stderr and the answer is built
+from the shards that are valid.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			app, err := opts.app(appName)
@@ -78,6 +81,9 @@ as during a failover): the answer is never partial.`,
 				if route, err = routeQuery(ctx, cli, cf.etcdPrefix, snap, app, key, all); err != nil {
 					return err
 				}
+				if err := route.incomplete(); err != nil && !partial {
+					return fmt.Errorf("%w, or pass --partial to accept a partial answer", err)
+				}
 				qctx, cancel := context.WithTimeout(ctx, 4*cf.dialTimeout)
 				per, err := gather(qctx, hc, snap, app, route.Shards, key, all)
 				cancel()
@@ -90,6 +96,9 @@ as during a failover): the answer is never partial.`,
 				if time.Now().After(deadline) || wait.Wait(ctx, nil) != nil {
 					return err
 				}
+			}
+			if err := route.incomplete(); err != nil {
+				fmt.Fprintf(cmd.ErrOrStderr(), "WARNING (--partial): %v\n", err)
 			}
 			if all {
 				ambiguous, err := writeKeyValues(cmd.OutOrStdout(), vals, hexKeys)
@@ -114,6 +123,7 @@ as during a failover): the answer is never partial.`,
 	cmd.Flags().StringVar(&keyHex, "key-hex", "", "key to look up, as hex of its bytes (for keys that are not text)")
 	cmd.Flags().BoolVar(&all, "all", false, "print every key")
 	cmd.Flags().BoolVar(&hexKeys, "hex-keys", false, "with --all: print each key as hex of its bytes")
+	cmd.Flags().BoolVar(&partial, "partial", false, "answer from the valid shards when some shard specs in etcd do not decode (warning on stderr) instead of failing")
 	_ = cmd.MarkFlagRequired("app")
 	return cmd
 }

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -21,6 +22,23 @@ type queryRoute struct {
 	// the query fans out to every shard of the app.
 	Topic     string
 	Partition int
+	// Invalid are the shards whose spec in etcd does not decode, each as
+	// the decode error naming the shard: their app is unknown, so an answer may be missing their
+	// state (see incomplete).
+	Invalid []string
+}
+
+// incomplete is the rule that an answer built from fewer shards than exist
+// is an error: it returns nil when no shard spec is invalid, and otherwise
+// an error naming the invalid shards and what to do. Callers that were asked
+// for a partial answer print it as a warning instead.
+func (r queryRoute) incomplete() error {
+	if len(r.Invalid) == 0 {
+		return nil
+	}
+	return fmt.Errorf("the answer may be partial: %d shard spec(s) in etcd do not decode, so their shards are not running and were not asked: %s; "+
+		"write a valid spec with 'consumerd shards apply' (or delete the key)",
+		len(r.Invalid), strings.Join(r.Invalid, "; "))
 }
 
 // String says which shards the route asks, for messages.
@@ -40,6 +58,13 @@ func (r queryRoute) String() string {
 func routeQuery(ctx context.Context, cli *clientv3.Client, root string, snap allocator.Snapshot, app shard.App, key string, all bool) (queryRoute, error) {
 	var every, owners, disabled []string
 	var r queryRoute
+	for id, e := range snap.InvalidItems {
+		if !strings.Contains(e, id) {
+			e = fmt.Sprintf("shard %s: %s", id, e)
+		}
+		r.Invalid = append(r.Invalid, e)
+	}
+	sort.Strings(r.Invalid)
 	if !all && app.KeyedBy != "" {
 		d, err := getTopic(ctx, cli, root, app.KeyedBy)
 		if err != nil {
@@ -67,6 +92,9 @@ func routeQuery(ctx context.Context, cli *clientv3.Client, root string, snap all
 		}
 	}
 	if len(every) == 0 {
+		if err := r.incomplete(); err != nil {
+			return queryRoute{}, fmt.Errorf("app %s has no valid shards: %w", app.Name, err)
+		}
 		return queryRoute{}, fmt.Errorf("app %s has no shards", app.Name)
 	}
 	if r.Topic == "" {

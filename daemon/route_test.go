@@ -60,6 +60,16 @@ func TestRouteQuery(t *testing.T) {
 	}
 	other := wordcount.App()
 	other.Name = "other"
+	// wc-3's spec does not decode: every route carries it, and an app with
+	// no valid shard says why.
+	r, err := routeQuery(ctx, cli, "/consumerd", snap, wordcount.App(), "k", false)
+	if err != nil || fmt.Sprint(r.Invalid) != `[shard spec "wc-3": bad]` || r.incomplete() == nil {
+		t.Errorf("route over an invalid spec: %+v, %v; want wc-3 in Invalid", r, err)
+	}
+	if _, err := routeQuery(ctx, cli, "/consumerd", snap, other, "k", false); err == nil || !strings.HasPrefix(err.Error(), "app other has no valid shards: ") {
+		t.Errorf("app without valid shards: %v", err)
+	}
+	snap.InvalidItems = nil
 	if _, err := routeQuery(ctx, cli, "/consumerd", snap, other, "k", false); err == nil || err.Error() != "app other has no shards" {
 		t.Errorf("app without shards: %v", err)
 	}

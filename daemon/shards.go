@@ -324,12 +324,17 @@ again (a FAILED replica restarts, from its recovery log, possibly elsewhere).
 			}
 			defer cli.Close()
 			if shardID != "" {
-				if _, ok := snap.Items[shardID]; !ok {
+				_, ok := snap.Items[shardID]
+				if _, invalid := snap.InvalidItems[shardID]; !ok && !invalid {
 					return fmt.Errorf("--shard: no shard %q", shardID)
 				}
 			}
 			var targets []allocator.Assignment
-			for _, a := range snap.Assignments {
+			all := snap.Assignments
+			if !failed { // keys whose value does not decode go too (Status is zero)
+				all = append(append([]allocator.Assignment(nil), all...), snap.Undecodable...)
+			}
+			for _, a := range all {
 				if shardID != "" && a.Item != shardID {
 					continue
 				}
@@ -349,7 +354,11 @@ again (a FAILED replica restarts, from its recovery log, possibly elsewhere).
 				}
 				if resp.Succeeded {
 					n++
-					fmt.Fprintf(cmd.OutOrStdout(), "unassigned %s slot %d from %s/%s (%s)\n", a.Item, a.Slot, a.Zone, a.Member, a.Status.State)
+					state := string(a.Status.State)
+					if state == "" {
+						state = "value did not decode"
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "unassigned %s slot %d from %s/%s (%s)\n", a.Item, a.Slot, a.Zone, a.Member, state)
 				}
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%d assignments removed\n", n)
