@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -57,10 +60,15 @@ func (c *clientFlags) validate() error {
 
 // etcd connects to etcd and checks that it answers (the client itself
 // connects lazily, so an unreachable cluster would otherwise surface later
-// as a hang).
+// as a hang). Endpoints that all refuse the connection fail at once: a
+// command-line user gets the answer without waiting out --dial-timeout
+// (serve, which may start before etcd does, waits instead).
 func (c *clientFlags) etcd(ctx context.Context) (*clientv3.Client, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
+	}
+	if err := allRefuse(ctx, c.etcdEndpoints, c.dialTimeout); err != nil {
+		return nil, fmt.Errorf("cannot reach etcd at %s: %w (is etcd running there? see --etcd.endpoints)", strings.Join(c.etcdEndpoints, ","), err)
 	}
 	return dialEtcdTimeout(ctx, c.etcdEndpoints, c.dialTimeout)
 }
@@ -105,6 +113,35 @@ func dialEtcdTimeout(ctx context.Context, endpoints []string, timeout time.Durat
 		return nil, fmt.Errorf("cannot reach etcd at %s: %w", where, err)
 	}
 	return cli, nil
+}
+
+// allRefuse returns an error when every endpoint actively refuses a TCP
+// connection: nothing listens there, and the etcd client would retry until
+// its deadline, so say so at once. It returns nil when any endpoint accepts,
+// does not answer in time (a slow network keeps the client's full timeout),
+// or is not a host:port (the client reports that).
+func allRefuse(ctx context.Context, endpoints []string, timeout time.Duration) error {
+	var refused []string
+	for _, ep := range endpoints {
+		hostport := ep
+		if u, err := url.Parse(ep); err == nil && u.Host != "" {
+			hostport = u.Host
+		}
+		if _, _, err := net.SplitHostPort(hostport); err != nil {
+			return nil
+		}
+		d := net.Dialer{Timeout: timeout}
+		conn, err := d.DialContext(ctx, "tcp", hostport)
+		if err == nil {
+			_ = conn.Close()
+			return nil
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			return nil
+		}
+		refused = append(refused, hostport)
+	}
+	return fmt.Errorf("connection refused by %s", strings.Join(refused, ", "))
 }
 
 // namespace is the cluster's WAL namespace (--wal.namespace, or derived

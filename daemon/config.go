@@ -74,7 +74,7 @@ func (c *serveConfig) bindFlags(fs *pflag.FlagSet, defaultApps []string) {
 	fs.DurationVar(&c.LeaseTTL, "etcd.lease-ttl", 10*time.Second, "member lease TTL: a member that stops renewing it loses its shards after this long")
 	fs.StringVar(&c.WALURL, "wal.url", "", "NATS URL(s) of the JetStream WAL, comma separated; empty starts an embedded nats-server with JetStream")
 	fs.StringVar(&c.WALNamespace, "wal.namespace", "", walNamespaceUsage)
-	fs.StringVar(&c.WALSync, "wal.sync", "default", "embedded JetStream fsync policy: 'always' fsyncs every append before acknowledging it (survives power loss, costs an fsync per append batch); 'default' fsyncs every 2 minutes (survives process crashes only)")
+	fs.StringVar(&c.WALSync, "wal.sync", "default", "embedded JetStream fsync policy (an external server's is its own sync_interval): 'always' fsyncs every append before acknowledging it (survives power loss, costs an fsync per append batch); 'default' fsyncs every 2 minutes (survives process crashes only)")
 	fs.IntVar(&c.WALReplicas, "wal.replicas", 1, "JetStream stream replicas for new channels (3 on a NATS cluster)")
 	fs.StringVar(&c.MemberID, "member.id", defaultMemberID(), "member id, unique within its zone ([A-Za-z0-9._-]+)")
 	fs.StringVar(&c.Zone, "member.zone", "local", "failure zone: a shard's replicas are spread across zones")
@@ -128,6 +128,9 @@ func (c *serveConfig) Validate() error {
 	}
 	if c.WALSync != "always" && c.WALSync != "default" {
 		bad("wal.sync", "%q must be 'always' or 'default'", c.WALSync)
+	} else if c.WALSync == "always" && !c.EmbeddedWAL() {
+		bad("wal.sync", "'always' configures the embedded nats-server, and --wal.url names an external one: "+
+			"set 'sync_interval: always' in that server's jetstream configuration instead, and drop --wal.sync")
 	}
 	if c.WALReplicas < 1 || c.WALReplicas > 5 {
 		bad("wal.replicas", "%d must be between 1 and 5", c.WALReplicas)

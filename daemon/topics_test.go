@@ -246,3 +246,18 @@ func writeFile(t *testing.T, path, content string) {
 		t.Fatal(err)
 	}
 }
+
+// TestEtcdRefusedFailsAtOnce: when nothing listens at any --etcd.endpoints
+// address, a client command says so at once instead of waiting out
+// --dial-timeout (an hour here: the test's context would end first).
+func TestEtcdRefusedFailsAtOnce(t *testing.T) {
+	dead := fmt.Sprintf("127.0.0.1:%d,http://127.0.0.1:%d", freeport.Port(t), freeport.Port(t))
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second) // a bound, not a measurement
+	defer cancel()
+	var out, errb bytes.Buffer
+	code := Run(ctx, []string{"shards", "list", "--etcd.endpoints", dead, "--dial-timeout", "1h"},
+		Options{Apps: []shard.App{wordcount.App()}, Stdout: &out, Stderr: &errb})
+	if code != 1 || !strings.Contains(errb.String(), "cannot reach etcd at "+dead+": connection refused by ") || ctx.Err() != nil {
+		t.Fatalf("shards list with etcd refused: exit %d, stderr %q, context %v; want exit 1 at once saying connection refused", code, errb.String(), ctx.Err())
+	}
+}
