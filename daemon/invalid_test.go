@@ -135,12 +135,12 @@ func TestUndecodableAssignmentHeals(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the leader to replace the junk and the shard to be PRIMARY again", func() (bool, string) {
-		out, errs, _ := c.run("", "shards", "list")
 		g, err := cl.Get(t.Context(), key)
 		if err != nil || len(g.Kvs) == 0 || string(g.Kvs[0].Value) == "junk" {
 			return false, fmt.Sprintf("%s: %v %v", key, g, err)
 		}
-		return strings.Count(out, " PRIMARY ") == 2, out + errs
+		st, out := c.statuses()
+		return st["wordcount-0000"] == "PRIMARY" && st["wordcount-0001"] == "PRIMARY", out
 	})
 	c.ok(strings.Repeat("the end\n", 30), "publish", "--topic", "words")
 	eventually(t, "exact counts", func() (bool, string) {

@@ -119,24 +119,50 @@ func eventually(t *testing.T, what string, cond func() (bool, string)) {
 // ends, and returns its HTTP base URL.
 func (c *cli) serve() string {
 	c.t.Helper()
+	base, _ := c.serveDir(c.t.TempDir())
+	return base
+}
+
+// serveDir runs member m1 with its data in dir; stop (also run at the
+// test's end) stops it and waits until it exited.
+func (c *cli) serveDir(dir string) (base string, stop func()) {
+	c.t.Helper()
 	addr := fmt.Sprintf("127.0.0.1:%d", freeport.Port(c.t))
 	logs := newWatchBuffer()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	go func() {
 		done <- Run(ctx, []string{"serve", "--etcd.endpoints", c.etcd, "--wal.url", c.nats,
-			"--data-dir", c.t.TempDir(), "--http.addr", addr, "--member.id", "m1", "--snapshot.store", "none"},
+			"--data-dir", dir, "--http.addr", addr, "--member.id", "m1", "--snapshot.store", "none"},
 			Options{Apps: c.apps, Stderr: logs, Signals: make(chan os.Signal)})
 	}()
-	c.t.Cleanup(func() {
-		cancel()
-		if code := <-done; code != 0 || c.t.Failed() {
-			logs.mu.Lock()
-			c.t.Logf("serve exited %d; its log:\n%s", code, logs.b.String())
-			logs.mu.Unlock()
-		}
-	})
-	return "http://" + addr
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if code := <-done; code != 0 || c.t.Failed() {
+				logs.mu.Lock()
+				c.t.Logf("serve exited %d; its log:\n%s", code, logs.b.String())
+				logs.mu.Unlock()
+			}
+		})
+	}
+	c.t.Cleanup(stop)
+	return "http://" + addr, stop
+}
+
+// statuses returns each shard's status in shards list -o json.
+func (c *cli) statuses() (map[string]string, string) {
+	out, errs, code := c.run("", "shards", "list", "-o", "json")
+	var rows []ShardRow
+	if code != 0 || json.Unmarshal([]byte(out), &rows) != nil {
+		return nil, out + errs
+	}
+	st := map[string]string{}
+	for _, r := range rows {
+		st[r.ID] = r.Status
+	}
+	return st, out
 }
 
 // allPrimary waits until n shards are PRIMARY.

@@ -108,6 +108,10 @@ func (p *Player) markCaughtUp(start time.Time) {
 	})
 }
 
+// ErrLogBehind is Play's error when the recovery log ends before the
+// position the database has applied: the log lost records.
+var ErrLogBehind = errors.New("the recovery log is behind the local database (it lost records)")
+
 // Play replays the log from LoadPosition(DB), applying only records that
 // extend the chain, each in one DB write together with the new Position.
 // CaughtUp closes when it reached the log's last id seen at start; Play then
@@ -115,7 +119,8 @@ func (p *Player) markCaughtUp(start time.Time) {
 // completed (its own Fence applied), or an error: the scanner stopped (an
 // error wrapping wal.ErrTruncated when the DB's position was truncated from
 // the log — rebuild from a snapshot), a record failed to decode, or a DB
-// write failed. Play may be called once.
+// write failed, or the log ends before the DB's position (ErrLogBehind).
+// Play may be called once.
 func (p *Player) Play(ctx context.Context) (err error) {
 	p.mu.Lock()
 	if p.started {
@@ -150,9 +155,14 @@ func (p *Player) Play(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("recoverylog: shard %s: last id of %s: %w", shard, p.cfg.Log.Channel(), err)
 	}
-	// lastID may be below pos.LogID when the log was truncated up to (or
-	// past) the DB's position: then nothing is left to replay, and whether
-	// the start position is still valid is the scanner's to say.
+	// LastID never goes down (not even when Truncate removed everything),
+	// so a log that ends before the DB's position lost records the DB has
+	// applied: the NATS store was deleted, the stream recreated, a backup
+	// restored. Waiting for the log to grow back would wedge the replica.
+	if lastID < pos.LogID {
+		return fmt.Errorf("recoverylog: shard %s: %w: %s ends at id %d, but the local database has applied it up to %v",
+			shard, ErrLogBehind, p.cfg.Log.Channel(), lastID, pos)
+	}
 	policy := wal.DeliverAll()
 	if pos.LogID != 0 {
 		policy = wal.DeliverStartAfter(pos.LogID)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -339,9 +340,39 @@ func TestTruncatedPosition(t *testing.T) {
 			t.Fatalf("%s DB: Play returned %v, want ErrTruncated", name, err)
 		}
 	}
-	// The writer's own DB is at the head: replay from there still works.
+	// The writer's own DB is at the head: replay from there still works,
+	// also once every record is truncated (the log is empty, not behind).
 	if got := replayInto(t, env.opener, shard, db); got != pos {
 		t.Fatalf("replay at head: %v, want %v", got, pos)
+	}
+	if err := w.Truncate(context.Background(), pos.LogID+1); err != nil {
+		t.Fatal(err)
+	}
+	if got := replayInto(t, env.opener, shard, db); got != pos {
+		t.Fatalf("replay at head of a log truncated empty: %v, want %v", got, pos)
+	}
+}
+
+// TestLogBehindDB: a log that lost records the DB applied (its channel
+// removed and recreated, as when the NATS store is deleted) stops Play with
+// ErrLogBehind naming both positions, instead of waiting for it forever.
+func TestLogBehindDB(t *testing.T) {
+	const shard = "lost"
+	env := newMemEnv(t)
+	db, _ := openDB(t, t.TempDir())
+	rec := becomeWriter(t, env.opener, shard, db, 1, "a")
+	for i := 0; i < 3; i++ {
+		commitAll(t, rec, []*grocksdb.WriteBatch{countBatch(i)})
+	}
+	pos := rec.Position()
+	_ = rec.Close()
+	if err := env.opener.(wal.ChannelRemover).RemoveChannel(context.Background(), Channel(shard)); err != nil {
+		t.Fatal(err)
+	}
+	r := startPlayer(t, PlayerConfig{Log: openWAL(t, env.opener, Channel(shard), 0), DB: db, ShardID: shard})
+	err := r.wait(t)
+	if !errors.Is(err, ErrLogBehind) || !strings.Contains(err.Error(), "ends at id 0") || !strings.Contains(err.Error(), pos.String()) {
+		t.Fatalf("Play over a log that lost records: %v; want ErrLogBehind naming id 0 and %v", err, pos)
 	}
 }
 

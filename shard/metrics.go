@@ -41,6 +41,10 @@ var (
 		Name: "consumerd_shard_restarts_total",
 		Help: "Shard replicas restarted by themselves after a transient failure of the WAL or etcd.",
 	}, []string{"shard"})
+	metricDamagedDBs = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "consumerd_shard_damaged_databases_total",
+		Help: "Local shard databases found damaged, moved aside (under <data-dir>/damaged/) and rebuilt from the recovery log.",
+	}, []string{"shard"})
 	metricOutputsPublished = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "consumerd_shard_outputs_published_total",
 		Help: "Output messages of committed transactions published (exactly once) by this process's primaries.",

@@ -355,8 +355,9 @@ func (p *player) stop() {
 }
 
 // replay opens the database and replays the recovery log into it until
-// caught up. A local database whose position the log no longer has (the log
-// was truncated past it) is wiped and rebuilt once.
+// caught up. A damaged local database is moved aside and rebuilt once
+// (damaged.go); one whose position the log no longer has (the log was
+// truncated past it) is wiped and rebuilt once.
 func (r *replica) replay(ctx context.Context, dir string, c Consumer, rlog wal.WAL) (*shardDB, *player, error) {
 	if _, err := r.restoreSnapshot(ctx, dir, c, true); err != nil {
 		// Not fatal yet: the log may still hold the local position. If it
@@ -366,15 +367,31 @@ func (r *replica) replay(ctx context.Context, dir string, c Consumer, rlog wal.W
 		}
 		r.logger.Warn("restoring the newest snapshot failed; replaying the recovery log instead", "error", err)
 	}
-	for attempt := 0; ; attempt++ {
+	movedAside, rebuiltTruncated, resetLog := false, false, false
+	for {
 		sdb, err := openShardDB(dir, c, r.logger)
 		if err != nil {
-			return nil, nil, err
+			if movedAside || !isDamaged(err) {
+				return nil, nil, err
+			}
+			if err := r.moveAside(ctx, dir, c, err); err != nil {
+				return nil, nil, err
+			}
+			movedAside = true
+			continue
 		}
 		pos, err := recoverylog.LoadPosition(sdb.db)
 		if err != nil {
 			r.closeDB(sdb)
-			return nil, nil, fmt.Errorf("load recovery-log position of %s: %w", dir, err)
+			err = fmt.Errorf("load recovery-log position of %s: %w: %w", dir, errDamagedDB, err)
+			if movedAside {
+				return nil, nil, err
+			}
+			if err := r.moveAside(ctx, dir, c, err); err != nil {
+				return nil, nil, err
+			}
+			movedAside = true
+			continue
 		}
 		r.logger.Info("replaying recovery log", "from", pos.String(), "dir", dir)
 		pl := startPlayer(ctx, recoverylog.PlayerConfig{
@@ -401,10 +418,18 @@ func (r *replica) replay(ctx context.Context, dir string, c Consumer, rlog wal.W
 			if err == nil {
 				err = errors.New("player stopped before catching up")
 			}
-			if attempt == 0 && errors.Is(err, wal.ErrTruncated) {
+			if !resetLog && errors.Is(err, recoverylog.ErrLogBehind) {
+				if rerr := r.logBehind(dir, pos, err); rerr != nil {
+					return nil, nil, rerr
+				}
+				resetLog = true
+				continue
+			}
+			if !rebuiltTruncated && errors.Is(err, wal.ErrTruncated) {
 				if rerr := r.recoverTruncated(ctx, dir, c, pos, err); rerr != nil {
 					return nil, nil, rerr
 				}
+				rebuiltTruncated = true
 				continue
 			}
 			return nil, nil, fmt.Errorf("replay recovery log: %w", err)

@@ -179,7 +179,8 @@ type WAL interface {
 	// wraps ctx.Err()), or a backend failure (e.g. wrapping ErrTruncated when
 	// the start position was removed; that may also be returned by Read).
 	Read(ctx context.Context, opts ReadOption) (Scanner, error)
-	// LastID is the id of the last visible message, or 0.
+	// LastID is the id of the last visible message, or 0. It never goes
+	// down while the channel exists (walimpls.WALImpls.LastID).
 	LastID(ctx context.Context) (message.MessageID, error)
 	// Truncate removes every message before id.
 	Truncate(ctx context.Context, id message.MessageID) error

@@ -143,7 +143,7 @@ func TestServeEmbedded(t *testing.T) {
 	if err != nil || json.Unmarshal([]byte(out), &shardsJSON) != nil || len(shardsJSON) != embeddedShards {
 		t.Fatalf("shards list -o json: %v %s", err, out)
 	}
-	if got := keysOf(shardsJSON[0]); got != "id,lag,primary,replicas,status" {
+	if got := keysOf(shardsJSON[0]); got != "id,lag,primary,primary_zone,replicas,status" {
 		t.Errorf("shards list keys: %s", got)
 	}
 	if reps, _ := shardsJSON[0]["replicas"].([]any); len(reps) != 1 || keysOf(reps[0].(map[string]any)) != "member,slot,state,zone" {

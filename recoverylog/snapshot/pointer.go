@@ -40,8 +40,8 @@ func PointerOf(m *Manifest) Pointer {
 	return Pointer{Manifest: m.Name(), ID: m.ID, LogID: m.LogID, Term: m.Term, Size: m.Size(), Created: m.Created}
 }
 
-// pointerKey is <root>/snapshots/<shard>.
-func pointerKey(prefix, shard string) string {
+// PointerKey is <root>/snapshots/<shard>.
+func PointerKey(prefix, shard string) string {
 	return strings.TrimRight(prefix, "/") + "/snapshots/" + shard
 }
 
@@ -55,7 +55,7 @@ type Guard struct {
 
 // LoadPointer reads a shard's pointer. ok is false when there is none.
 func LoadPointer(ctx context.Context, cli *clientv3.Client, prefix, shard string) (p Pointer, ok bool, err error) {
-	p, rev, err := loadPointer(ctx, cli, pointerKey(prefix, shard))
+	p, rev, err := loadPointer(ctx, cli, PointerKey(prefix, shard))
 	return p, rev != 0, err
 }
 
@@ -83,7 +83,7 @@ func loadPointer(ctx context.Context, cli *clientv3.Client, key string) (Pointer
 // since it was read. A stored pointer covering a later log id (or the same
 // id under a higher term) is never overwritten (ErrStalePointer).
 func PublishPointer(ctx context.Context, cli *clientv3.Client, prefix, shard string, p Pointer, g Guard) error {
-	key := pointerKey(prefix, shard)
+	key := PointerKey(prefix, shard)
 	val, err := json.Marshal(p)
 	if err != nil {
 		return fmt.Errorf("snapshot: encode pointer: %w", err)

@@ -118,6 +118,9 @@ type WALImpls interface {
 	Read(ctx context.Context, opt ReadOption) (ScannerImpls, error)
 	// LastID is the id of the last message appended and visible to scanners,
 	// or 0 if none. Used to tell when a reader has caught up and to compute lag.
+	// It never goes down while the channel exists (after a Truncate that
+	// removed every message it is the last id removed), so a reader whose
+	// position is above LastID knows the channel lost messages.
 	LastID(ctx context.Context) (message.MessageID, error)
 	// Truncate removes every message with an id below id. Reads from a removed
 	// position then fail with ErrTruncated; DeliverAll starts at id (or the

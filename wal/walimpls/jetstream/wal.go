@@ -163,6 +163,15 @@ func (w *walImpl) LastID(ctx context.Context) (_ message.MessageID, err error) {
 	defer end(&err)
 	raw, err := w.st.GetLastMsgForSubject(ctx, w.n.data)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		// No message left: none was ever appended, or Truncate removed them
+		// all. LastID must not go down, so it is then the last id removed.
+		info, err := w.st.Info(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("jetstream: channel %q: last id: stream info: %w", w.n.channel, err)
+		}
+		if t := truncatedBelow(info.Config.Metadata); t > 1 {
+			return message.MessageID(t - 1), nil
+		}
 		return 0, nil
 	}
 	if err != nil {

@@ -71,3 +71,28 @@ func testRemoveChannel(t testing.TB, b walimpls.OpenerBuilderImpls) {
 		t.Fatalf("the other channel lost its message: %v", ids(got))
 	}
 }
+
+// testLastIDAfterTruncate: LastID never goes down while the channel exists,
+// not even when Truncate removed every message: a reader whose position is
+// above LastID can then only mean the channel lost messages.
+func testLastIDAfterTruncate(t testing.TB, b walimpls.OpenerBuilderImpls) {
+	ctx := testCtx(t)
+	o := build(t, b)
+	defer o.Close()
+	w := open(t, ctx, o, "conf-lastid-trunc/0000", 0)
+	defer w.Close()
+	ids := appendN(t, ctx, w, 3, "t-")
+	last := ids[len(ids)-1]
+	if err := w.Truncate(ctx, last+1); errors.Is(err, errors.ErrUnsupported) {
+		t.Skipf("%s cannot truncate: %v", w.WALName(), err)
+	} else if err != nil {
+		t.Fatalf("Truncate past the end: %v", err)
+	}
+	if got, err := w.LastID(ctx); err != nil || got != last {
+		t.Fatalf("LastID after truncating every message = %d, %v; want %d (the last id removed)", got, err, last)
+	}
+	next := appendOne(t, ctx, w, "after")
+	if got, err := w.LastID(ctx); err != nil || got != next || next <= last {
+		t.Fatalf("LastID after an append past the truncation = %d, %v; want %d > %d", got, err, next, last)
+	}
+}

@@ -42,6 +42,7 @@ func Run(t *testing.T, newBuilder func(t *testing.T) walimpls.OpenerBuilderImpls
 		{"WALCloseStopsScanners", testWALCloseStopsScanners},
 		{"AppendAfterClose", testAppendAfterClose},
 		{"LastID", testLastID},
+		{"LastIDAfterTruncate", testLastIDAfterTruncate},
 		{"Count", testCount},
 		{"RemoveChannel", testRemoveChannel},
 		{"BatchChain", testBatchChain},
