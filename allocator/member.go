@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/consumerd/consumerd/internal/ident"
@@ -146,8 +148,9 @@ func validateConfig(cfg Config) error {
 
 // announce grants the member's lease (ttl seconds) and creates the member
 // key under it only if the key is absent, so a second process with the same
-// id fails with ErrMemberExists instead of taking the first one's place.
-// When the key cannot be created it revokes the lease.
+// id fails with ErrMemberExists (naming the holder) instead of taking the
+// first one's place; a key held by this process's previous incarnation is
+// reclaimed instead. When the key cannot be created it revokes the lease.
 func (m *Member) announce(ctx context.Context, ttl int64) error {
 	grant, err := m.cfg.Client.Grant(ctx, ttl)
 	if err != nil {
@@ -159,27 +162,68 @@ func (m *Member) announce(ctx context.Context, ttl int64) error {
 	if err != nil {
 		return fmt.Errorf("allocator: encoding member spec: %w", err)
 	}
-	resp, err := m.cfg.Client.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(m.key), "=", 0)).
-		Then(clientv3.OpPut(m.key, string(val), clientv3.WithLease(m.lease))).
-		Else(clientv3.OpGet(m.key)).
-		Commit()
-	if err != nil {
-		etcdErrors.Inc()
-		m.revokeLease()
-		return fmt.Errorf("allocator: announcing %s: %w", m.key, err)
-	}
-	if !resp.Succeeded {
-		holder := ""
+	for attempt := 0; ; attempt++ {
+		resp, err := m.cfg.Client.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(m.key), "=", 0)).
+			Then(clientv3.OpPut(m.key, string(val), clientv3.WithLease(m.lease))).
+			Else(clientv3.OpGet(m.key)).
+			Commit()
+		if err != nil {
+			etcdErrors.Inc()
+			m.revokeLease()
+			return fmt.Errorf("allocator: announcing %s: %w", m.key, err)
+		}
+		if resp.Succeeded {
+			m.createRev = resp.Header.Revision
+			return nil
+		}
+		var holder *mvccpb.KeyValue
 		if rr := resp.Responses[0].GetResponseRange(); rr != nil && len(rr.Kvs) == 1 {
-			holder = fmt.Sprintf(" (lease %x, created at revision %d)", rr.Kvs[0].Lease, rr.Kvs[0].CreateRevision)
+			holder = rr.Kvs[0]
+		}
+		if attempt == 0 && holder != nil && m.reclaim(ctx, holder) {
+			continue
 		}
 		m.revokeLease()
 		return fmt.Errorf("allocator: %w: %s is held by another process%s; stop it, wait for its lease to expire, or use another member id",
-			ErrMemberExists, m.key, holder)
+			ErrMemberExists, m.key, describeHolder(holder))
 	}
-	m.createRev = resp.Header.Revision
-	return nil
+}
+
+// reclaim takes the member key back from this process's previous
+// incarnation (same non-empty MemberSpec.Instance): it revokes the holder's
+// lease, or deletes a key without one. It reports whether it did.
+func (m *Member) reclaim(ctx context.Context, holder *mvccpb.KeyValue) bool {
+	spec, err := decodeMemberSpec(holder.Value)
+	if err != nil || m.cfg.Spec.Instance == "" || spec.Instance != m.cfg.Spec.Instance {
+		return false
+	}
+	if holder.Lease != 0 {
+		if _, err := m.cfg.Client.Revoke(ctx, clientv3.LeaseID(holder.Lease)); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			etcdErrors.Inc()
+			m.log.Warn("revoking the lease of this process's previous incarnation", "lease", fmt.Sprintf("%x", holder.Lease), "error", err)
+			return false
+		}
+	} else if _, err := m.cfg.Client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(m.key), "=", holder.ModRevision)).
+		Then(clientv3.OpDelete(m.key)).Commit(); err != nil {
+		etcdErrors.Inc()
+		return false
+	}
+	m.log.Info("reclaimed the member key from this process's previous incarnation", "key", m.key,
+		"old_lease", fmt.Sprintf("%x", holder.Lease), "instance", spec.Instance)
+	return true
+}
+
+// describeHolder says who holds a member key, for ErrMemberExists.
+func describeHolder(kv *mvccpb.KeyValue) string {
+	if kv == nil {
+		return ""
+	}
+	d := fmt.Sprintf(" (lease %x, created at revision %d", kv.Lease, kv.CreateRevision)
+	if spec, err := decodeMemberSpec(kv.Value); err == nil {
+		d += fmt.Sprintf(", endpoint %s, version %s", spec.Endpoint, spec.Version)
+	}
+	return d + ")"
 }
 
 // keepAlive starts keeping the lease alive until Close; when the lease is

@@ -163,6 +163,44 @@ func TestMemberConfigErrors(t *testing.T) {
 	_ = m2.Close()
 }
 
+// TestMemberReclaimsPreviousIncarnation: a key held by the same Instance
+// (this data directory's previous process, killed before its lease expired)
+// is reclaimed at once: the old lease is revoked, so the old session ends.
+// A different Instance is refused, naming the holder.
+func TestMemberReclaimsPreviousIncarnation(t *testing.T) {
+	c := etcdtest.Start(t)
+	ctx := t.Context()
+	cfg := Config{Client: c, Prefix: "/r", Zone: "a", MemberID: "m", LeaseTTL: 3 * time.Second,
+		Spec: MemberSpec{Endpoint: "http://old:8080", Instance: "i1"}}
+	old, err := NewMember(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	cfg.Spec.Endpoint = "http://new:8080"
+	m, err := NewMember(ctx, cfg)
+	if err != nil {
+		t.Fatalf("same instance: %v", err)
+	}
+	defer m.Close()
+	select {
+	case <-old.Done():
+	case <-time.After(30 * time.Second): // a bound: the revoke ends it at once
+		t.Fatal("the previous incarnation's session did not end")
+	}
+	other := cfg
+	other.Spec = MemberSpec{Endpoint: "http://other:8080", Instance: "i2"}
+	_, err = NewMember(ctx, other)
+	if !errors.Is(err, ErrMemberExists) || !strings.Contains(err.Error(), "endpoint http://new:8080") {
+		t.Fatalf("another instance: %v; want ErrMemberExists naming the holder's endpoint", err)
+	}
+	none := cfg
+	none.Spec = MemberSpec{Endpoint: "http://anon:8080"}
+	if _, err := NewMember(ctx, none); !errors.Is(err, ErrMemberExists) {
+		t.Fatalf("no instance: %v; want ErrMemberExists", err)
+	}
+}
+
 // TestDeposedLeaderWritesFail: a converge txn planned by a leader whose
 // member key changed since (it was deposed and, e.g., re-registered) fails
 // its compare and writes nothing.

@@ -14,6 +14,12 @@ type MemberSpec struct {
 	Exiting bool `json:"exiting"`
 	// Version is the consumerd version the member runs.
 	Version string `json:"version"`
+	// Instance identifies the durable identity of the process (serve keeps
+	// it in its data directory, which only one live process can hold). A
+	// member whose key is held by the same non-empty Instance is that
+	// process's previous incarnation (killed before its lease expired), and
+	// NewMember reclaims the key at once instead of waiting out the lease.
+	Instance string `json:"instance,omitempty"`
 }
 
 // ReplicaState is the lifecycle state of one assigned replica.

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -84,6 +85,8 @@ type server struct {
 	snapshots *shard.SnapshotOptions
 	endpoint  string
 	http      *http.Client
+	// instance is the data directory's instance id (datadir.go).
+	instance string
 
 	sess    atomic.Pointer[session]
 	exiting atomic.Bool
@@ -124,6 +127,14 @@ func serve(ctx context.Context, cfg serveConfig, embedded []shard.App, apps map[
 
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return fmt.Errorf("--data-dir %s: %w", cfg.DataDir, err)
+	}
+	unlock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if s.instance, err = dataDirInstance(cfg.DataDir); err != nil {
+		return err
 	}
 
 	// Coordination: etcd.
@@ -272,6 +283,12 @@ func serve(ctx context.Context, cfg serveConfig, embedded []shard.App, apps map[
 	rejoin := retry.Policy{Initial: time.Second, Max: 10 * time.Second}.Start()
 	for {
 		err := s.runSession(runCtx)
+		var fatal fatalError
+		if errors.As(err, &fatal) {
+			log.Error("cannot join the cluster", "error", fatal.error)
+			cancelRun()
+			return fatal.error
+		}
 		if why, ok := forced.Load().(string); ok {
 			log.Warn(why)
 			return exitCodeError{code: 1, err: errors.New(why)}
@@ -306,22 +323,6 @@ func quieter(cfg serveConfig, out interface{ Write([]byte) (int, error) }) hclog
 		level = "warn"
 	}
 	return newLogger(level, cfg.LogFormat, out)
-}
-
-// holderTTL is the granted TTL of the lease holding this member's key (or
-// our own --etcd.lease-ttl when it cannot be read).
-func (s *server) holderTTL(ctx context.Context) time.Duration {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	resp, err := s.client.Get(ctx, allocator.MemberKey(s.cfg.EtcdPrefix, s.cfg.Zone, s.cfg.MemberID))
-	if err != nil || len(resp.Kvs) == 0 || resp.Kvs[0].Lease == 0 {
-		return s.cfg.LeaseTTL
-	}
-	ttl, err := s.client.TimeToLive(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
-	if err != nil || ttl.GrantedTTL <= 0 {
-		return s.cfg.LeaseTTL
-	}
-	return time.Duration(ttl.GrantedTTL) * time.Second
 }
 
 // othersToTakeOver reports whether a member other than zone/id, and not
@@ -404,8 +405,10 @@ func (s *server) runSession(ctx context.Context) error {
 	return memberErr
 }
 
-// newMember announces this member, waiting out the lease of a previous
-// incarnation (a restart within the lease TTL finds its old key still there).
+// newMember announces this member. Its own previous incarnation's key is
+// reclaimed by NewMember (same instance id); a key of another instance is
+// waited out while its lease runs down (a dead process), and a fatalError
+// once the lease is seen renewed (a live process with the same id).
 func (s *server) newMember(ctx context.Context) (*allocator.Member, error) {
 	cfg := allocator.Config{
 		Client:   s.client,
@@ -418,12 +421,13 @@ func (s *server) newMember(ctx context.Context) (*allocator.Member, error) {
 			ItemLimit: s.cfg.Limit,
 			Exiting:   s.exiting.Load(),
 			Version:   version,
+			Instance:  s.instance,
 		},
 		DecodeItem: shard.DecodeSpec,
 		Logger:     s.log,
 	}
-	var deadline time.Time
 	wait := retry.Policy{Initial: 100 * time.Millisecond, Max: 500 * time.Millisecond}.Start()
+	var holder *holderWatch
 	for {
 		m, err := allocator.NewMember(ctx, cfg)
 		if err == nil {
@@ -432,22 +436,68 @@ func (s *server) newMember(ctx context.Context) (*allocator.Member, error) {
 		if !errors.Is(err, allocator.ErrMemberExists) {
 			return nil, fmt.Errorf("joining as member %s/%s: %w", s.cfg.Zone, s.cfg.MemberID, err)
 		}
-		if deadline.IsZero() {
-			// A previous incarnation (killed within its lease TTL) holds the
-			// key until its lease expires; a live process with the same id
-			// keeps renewing it. Wait for the holder's granted TTL, plus slack.
-			ttl := s.holderTTL(ctx)
-			deadline = time.Now().Add(ttl + 5*time.Second)
-			s.log.Warn("member key held by a previous incarnation; waiting for its lease to expire",
-				"member", s.cfg.MemberID, "zone", s.cfg.Zone, "holder_lease_ttl", ttl)
-		} else if time.Now().After(deadline) {
-			return nil, fmt.Errorf("member id %q in zone %q is held by another live process (its lease keeps being renewed); give each member a distinct --member.id: %w",
-				s.cfg.MemberID, s.cfg.Zone, err)
+		// Another instance holds the key (a previous incarnation from this
+		// data directory was reclaimed by NewMember). It is either a live
+		// process, renewing its lease, or a dead one whose lease runs out:
+		// watch the lease to tell which.
+		if holder == nil {
+			holder = &holderWatch{}
+			s.log.Warn("member id held by another instance; checking whether it is alive", "member", s.cfg.MemberID, "zone", s.cfg.Zone, "error", err)
+		}
+		if live, why := holder.check(ctx, s.client, s.http, allocator.MemberKey(s.cfg.EtcdPrefix, s.cfg.Zone, s.cfg.MemberID), s.cfg.Zone, s.cfg.MemberID); live {
+			return nil, fatalError{fmt.Errorf("member id %q in zone %q is held by a live process (%s): %w; give each member its own --member.id",
+				s.cfg.MemberID, s.cfg.Zone, why, err)}
 		}
 		if err := wait.Wait(ctx, nil); err != nil {
 			return nil, err
 		}
 	}
+}
+
+// fatalError ends serve instead of a rejoin: retrying cannot help.
+type fatalError struct{ error }
+
+func (e fatalError) Unwrap() error { return e.error }
+
+// holderWatch tells a live holder of a member key from a dead one: a live
+// process answers /v1/status at its endpoint as that member, and renews its
+// lease (the remaining TTL goes up); a dead one's lease runs down until etcd
+// deletes the key.
+type holderWatch struct {
+	lease int64
+	ttl   int64
+}
+
+// check reports whether the key's holder is alive, with why: it answers as
+// zone/id at its endpoint, or its lease's remaining TTL went up between two
+// checks of the same lease.
+func (h *holderWatch) check(ctx context.Context, cli *clientv3.Client, hc *http.Client, key, zone, id string) (live bool, why string) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, key)
+	if err != nil || len(resp.Kvs) == 0 || resp.Kvs[0].Lease == 0 {
+		return false, ""
+	}
+	var spec allocator.MemberSpec
+	if json.Unmarshal(resp.Kvs[0].Value, &spec) == nil && spec.Endpoint != "" {
+		sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
+		st, err := fetchStatus(sctx, hc, spec.Endpoint)
+		scancel()
+		if err == nil && st.Member == id && st.Zone == zone && st.Session {
+			return true, "it answers at " + spec.Endpoint
+		}
+	}
+	lease := resp.Kvs[0].Lease
+	ttl, err := cli.TimeToLive(ctx, clientv3.LeaseID(lease))
+	if err != nil || ttl.TTL <= 0 {
+		return false, ""
+	}
+	renewed := h.lease == lease && ttl.TTL > h.ttl
+	h.lease, h.ttl = lease, ttl.TTL
+	if !renewed {
+		return false, ""
+	}
+	return true, fmt.Sprintf("its lease %x was just renewed", lease)
 }
 
 // unreadCheckInterval is how often the leader looks for topic partitions no

@@ -315,13 +315,17 @@ func (c *cluster) addMember(id, zone string) *member {
 func (c *cluster) start(m *member) {
 	c.tb.Helper()
 	m.starts++
-	args := append([]string{"serve",
+	m.proc = startProc(c.tb, "member "+m.id+c.label(), filepath.Join(c.dir, "member-"+m.id+".log"), nil, c.bin, c.serveArgs(m)...)
+}
+
+// serveArgs are the arguments of m's serve process.
+func (c *cluster) serveArgs(m *member) []string {
+	return append([]string{"serve",
 		"--etcd.endpoints", c.etcdURL, "--wal.url", c.natsURL,
 		"--etcd.lease-ttl", c.leaseTTL.String(),
 		"--member.id", m.id, "--member.zone", m.zone,
 		"--data-dir", m.dataDir, "--http.addr", m.httpAddr,
 		"--log.level", "debug", "--shutdown-timeout", "20s"}, c.flags...)
-	m.proc = startProc(c.tb, "member "+m.id+c.label(), filepath.Join(c.dir, "member-"+m.id+".log"), nil, c.bin, args...)
 }
 
 // run runs a client subcommand with the cluster's endpoints and returns its
