@@ -26,7 +26,7 @@ had applied. If the data can be restored, restore it and run
 'consumerd shards unassign --failed --shard ID' instead.
 
 reset accepts the loss. In one etcd transaction it sets the spec's
-log_reset_revision to the current revision, deletes the shard's snapshot
+log_reset_term above every term so far, deletes the shard's snapshot
 pointer (its snapshots describe the lost log) and unassigns its replicas.
 The leader assigns the shard again; every replica whose local database is
 ahead of the log and older than the reset moves that database aside (kept
@@ -55,10 +55,15 @@ their start when the log is empty). Nothing is deleted but the pointer.`,
 				}
 				return fmt.Errorf("--shard: no shard %q", shardID)
 			}
-			// Every term so far is a slot-0 key's CreateRevision, at most
-			// snap.Revision; every later one is above this txn's revision.
+			// Every term so far is the term base plus a slot-0 key's
+			// CreateRevision, at most snap.Revision; every later one is
+			// above this txn's revision (and the base never goes down).
+			base, err := allocator.Terms{Client: cli, Prefix: cf.etcdPrefix}.Base(ctx)
+			if err != nil {
+				return err
+			}
 			reset := *spec
-			reset.LogResetRevision = snap.Revision + 1
+			reset.LogResetTerm = base + snap.Revision + 1
 			raw, err := json.Marshal(&reset)
 			if err != nil {
 				return fmt.Errorf("encoding shard %s: %w", shardID, err)
@@ -83,8 +88,8 @@ their start when the log is empty). Nothing is deleted but the pointer.`,
 			if !resp.Succeeded {
 				return fmt.Errorf("shard %s changed while resetting it (a failover?); nothing was written, try again", shardID)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "reset %s: log_reset_revision %d, snapshot pointer removed, %d replica(s) unassigned; the shard is rebuilt from what its recovery log has\n",
-				shardID, reset.LogResetRevision, replicas)
+			fmt.Fprintf(cmd.OutOrStdout(), "reset %s: log_reset_term %d, snapshot pointer removed, %d replica(s) unassigned; the shard is rebuilt from what its recovery log has\n",
+				shardID, reset.LogResetTerm, replicas)
 			return nil
 		},
 	}

@@ -356,6 +356,9 @@ func (s *server) runSession(ctx context.Context) error {
 		Logger:  s.log,
 		// Snapshots bound recovery: restore, snapshot, truncate the log.
 		Snapshots: s.snapshots,
+		// Terms stay above every term a recovery log has seen, also when
+		// etcd was rebuilt from empty.
+		Terms: &allocator.Terms{Client: s.client, Prefix: s.cfg.EtcdPrefix},
 	})
 	sess := &session{member: member, svc: svc}
 	s.sess.Store(sess)

@@ -83,13 +83,13 @@ func (r *replica) setAside(dir string, cause error, msg string) error {
 
 // logBehind handles a replay that found the recovery log behind the local
 // database at pos (err wraps recoverylog.ErrLogBehind). When the spec's
-// LogResetRevision accepts the loss for a database this old, the database
+// LogResetTerm accepts the loss for a database this old, the database
 // is set aside and nil returned: replay rebuilds from what the log has.
 // Otherwise it returns the error for FAILED, naming both positions and the
 // operator's choices: a person must judge whether data can be restored.
 func (r *replica) logBehind(dir string, pos recoverylog.Position, err error) error {
-	if rr := r.currentSpec().LogResetRevision; rr > 0 && pos.Term < uint64(rr) {
-		return r.setAside(dir, err, fmt.Sprintf("the recovery log lost records and 'shards reset' (log_reset_revision %d) accepts the loss: "+
+	if rr := r.currentSpec().LogResetTerm; rr > 0 && pos.Term < uint64(rr) {
+		return r.setAside(dir, err, fmt.Sprintf("the recovery log lost records and 'shards reset' (log_reset_term %d) accepts the loss: "+
 			"moved the local database aside, rebuilding the shard from what the log has", rr))
 	}
 	return fmt.Errorf("%w. The local database (%s) is kept and the shard stops here: either restore the WAL's data "+

@@ -91,7 +91,7 @@ const keptDamagedPlusOne = 3
 // record (its channel removed and recreated, as when the NATS store is
 // deleted) while the local database survives. The shard does not wait
 // forever: it goes FAILED naming both positions and the choices. Once the
-// loss is accepted (the spec's log_reset_revision, as 'shards reset' writes
+// loss is accepted (the spec's log_reset_term, as 'shards reset' writes
 // it), the database is set aside and the shard rebuilt from what the log
 // has: no offsets, so it re-reads its source, and the counts are exact.
 func TestLostRecoveryLogFailsLoudlyThenResets(t *testing.T) {
@@ -125,7 +125,7 @@ func TestLostRecoveryLogFailsLoudlyThenResets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec.LogResetRevision = resp.Header.Revision
+	spec.LogResetTerm = resp.Header.Revision
 	e.PutSpec(spec)
 	a := allocator.Assignment{Item: spec.ID, Zone: "z", Member: n.ID, Slot: 0}
 	if _, err := e.Client.Delete(t.Context(), allocator.AssignmentKey(e.Prefix, a)); err != nil {
@@ -139,5 +139,45 @@ func TestLostRecoveryLogFailsLoudlyThenResets(t *testing.T) {
 	}
 	if kept, _ := filepath.Glob(filepath.Join(dir, "damaged", spec.ID+".*")); len(kept) != 1 {
 		t.Fatalf("set-aside copies: %v; want the database from before the loss", kept)
+	}
+}
+
+// TestTermsStayAboveTheLogAfterEtcdRebuild: the recovery log has seen terms
+// far above etcd's revisions (here: the term base was 1000 and is gone, as
+// when etcd is rebuilt from empty). A new primary's term would be below the
+// log's, and every handoff fenced; instead the primary raises the term
+// base, takes over and counts exactly.
+func TestTermsStayAboveTheLogAfterEtcdRebuild(t *testing.T) {
+	e := shardtest.NewCluster(t, memory.NewBuilder(), wordcount.App())
+	terms := allocator.Terms{Client: e.Client, Prefix: e.Prefix}
+	if _, err := terms.Raise(t.Context(), 1000); err != nil {
+		t.Fatal(err)
+	}
+	spec := shardtest.WordcountSpec("wc-0", 0, 0)
+	e.PutSpec(spec)
+	lines := shardtest.Corpus(8, 60)
+	e.Publish(0, lines[:30]...)
+	n := e.StartNode("n", t.TempDir())
+	e.Assign(n, spec.ID, 0)
+	e.WaitState(n, spec.ID, 0, allocator.StatePrimary)
+	if d := shardtest.DiffCounts(e.Counts(n, spec), wordcount.Count(lines[:30])); d != "" {
+		t.Fatal(d)
+	}
+
+	if _, err := e.Client.Delete(t.Context(), allocator.TermBaseKey(e.Prefix)); err != nil {
+		t.Fatal(err)
+	}
+	a := allocator.Assignment{Item: spec.ID, Zone: "z", Member: n.ID, Slot: 0}
+	if _, err := e.Client.Delete(t.Context(), allocator.AssignmentKey(e.Prefix, a)); err != nil {
+		t.Fatal(err)
+	}
+	e.Assign(n, spec.ID, 0) // a new primary term, from revisions far below 1000
+	e.WaitState(n, spec.ID, 0, allocator.StatePrimary)
+	e.Publish(0, lines[30:]...)
+	if d := shardtest.DiffCounts(e.Counts(n, spec), wordcount.Count(lines)); d != "" {
+		t.Fatalf("after the new handoff: %s", d)
+	}
+	if base, err := terms.Base(t.Context()); err != nil || base == 0 {
+		t.Fatalf("term base %d (%v); want it raised past the log's terms", base, err)
 	}
 }

@@ -89,7 +89,7 @@ func (r *replica) update(ctx context.Context, a allocator.Assignment, raw []byte
 	state := r.state
 	r.mu.Unlock()
 	if old.Slot != 0 && a.Slot == 0 {
-		r.logger.Info("promoted to primary", "term", a.CreateRevision)
+		r.logger.Debug("promoted to primary", "term", a.CreateRevision)
 		select {
 		case r.promoteCh <- struct{}{}:
 		default:
@@ -298,9 +298,13 @@ func (r *replica) lifecycle(ctx context.Context) error {
 		return ctx.Err()
 	}
 
-	// Handoff: the term is the slot-0 key's CreateRevision, which only grows.
+	// Handoff: the term is the slot-0 key's CreateRevision (plus the term
+	// base), which only grows.
 	a := r.assignment()
-	term := uint64(a.CreateRevision)
+	term, err := r.handoffTerm(ctx, a, pl.player.Position().Term)
+	if err != nil {
+		return err
+	}
 	w, err := r.svc.cfg.Opener.Open(ctx, &wal.OpenOption{Channel: recoverylog.Channel(spec.ID), Term: term})
 	if err != nil {
 		return fmt.Errorf("open recovery log %s with term %d: %w", recoverylog.Channel(spec.ID), term, err)
@@ -320,7 +324,7 @@ func (r *replica) lifecycle(ctx context.Context) error {
 	r.position = rec.Position
 	r.mu.Unlock()
 	r.logger.Info("handoff complete", "term", term, "position", rec.Position().String(), "took", time.Since(start))
-	stopSnapshots := r.startSnapshots(ctx, sdb, rec, w, a)
+	stopSnapshots := r.startSnapshots(ctx, sdb, rec, w, a, term)
 	defer stopSnapshots()
 	return r.runPrimary(ctx, sdb, consumer, rec)
 }

@@ -58,6 +58,11 @@ type Config struct {
 	// Snapshots, when set, enable snapshots, restore from them and
 	// recovery-log truncation (see SnapshotOptions). Nil: none.
 	Snapshots *SnapshotOptions
+	// Terms, when set, adds the cluster's term base to primaries' terms and
+	// raises it when a recovery log has seen higher terms than etcd's
+	// revisions (etcd rebuilt from empty; see allocator.Terms). Nil: a
+	// term is the slot-0 key's CreateRevision.
+	Terms *allocator.Terms
 }
 
 // ReplicaInfo is one local replica as Service.Status reports it.

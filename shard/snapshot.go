@@ -204,7 +204,7 @@ func (r *replica) recoverTruncated(ctx context.Context, dir string, c Consumer, 
 // startSnapshots runs the primary's snapshot goroutine until the returned
 // stop is called (before the database closes). It snapshots after every
 // spec.EffectiveSnapshotIntervalBytes of log the Recorder applied.
-func (r *replica) startSnapshots(ctx context.Context, sdb *shardDB, rec *recoverylog.Recorder, w wal.WAL, a allocator.Assignment) (stop func()) {
+func (r *replica) startSnapshots(ctx context.Context, sdb *shardDB, rec *recoverylog.Recorder, w wal.WAL, a allocator.Assignment, term uint64) (stop func()) {
 	so := r.snapshots()
 	if so == nil {
 		return func() {}
@@ -228,7 +228,7 @@ func (r *replica) startSnapshots(ctx context.Context, sdb *shardDB, rec *recover
 		every = DefaultSnapshotCheckInterval
 	}
 	src := snapshot.Source{
-		DB: sdb.db, Recorder: rec, Log: w, Term: uint64(a.CreateRevision),
+		DB: sdb.db, Recorder: rec, Log: w, Term: term,
 		Guard: snapshot.Guard{Key: allocator.AssignmentKey(r.prefix(), a), CreateRevision: a.CreateRevision},
 	}
 	sctx, cancel := context.WithCancel(ctx)

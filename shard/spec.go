@@ -63,12 +63,13 @@ type Spec struct {
 	// DefaultSnapshotsKept, 2); the recovery log is truncated before the
 	// oldest one kept.
 	SnapshotsKept int `json:"snapshots_kept,omitempty"`
-	// LogResetRevision, written by 'consumerd shards reset', accepts that
-	// the shard's recovery log lost records: a local database built before
-	// this etcd revision (its position's term is lower) that is ahead of the
-	// log is set aside, and the shard rebuilt from what the log has. 0 (the
-	// default): such a database fails the shard (recoverylog.ErrLogBehind).
-	LogResetRevision int64 `json:"log_reset_revision,omitempty"`
+	// LogResetTerm, written by 'consumerd shards reset', accepts that the
+	// shard's recovery log lost records: a local database built before the
+	// reset (its position's term is below this one, which is above every
+	// term given out then) that is ahead of the log is set aside, and the
+	// shard rebuilt from what the log has. 0 (the default): such a
+	// database fails the shard (recoverylog.ErrLogBehind).
+	LogResetTerm int64 `json:"log_reset_term,omitempty"`
 }
 
 // Source is one topic partition a shard consumes.
@@ -135,8 +136,8 @@ func (s *Spec) Validate() error {
 	if s.SnapshotsKept < 0 {
 		return bad("snapshots_kept", "must not be negative, got %d", s.SnapshotsKept)
 	}
-	if s.LogResetRevision < 0 {
-		return bad("log_reset_revision", "must not be negative, got %d", s.LogResetRevision)
+	if s.LogResetTerm < 0 {
+		return bad("log_reset_term", "must not be negative, got %d", s.LogResetTerm)
 	}
 	return nil
 }
@@ -183,7 +184,7 @@ var specFields = map[string]bool{
 	"id": true, "app": true, "sources": true, "hot_standbys": true,
 	"min_txn_duration": true, "max_txn_duration": true, "disable": true,
 	"labels": true, "snapshot_interval_bytes": true, "snapshots_kept": true,
-	"log_reset_revision": true,
+	"log_reset_term": true,
 }
 
 // UnmarshalJSON decodes a spec, naming the field of a bad duration. Unknown

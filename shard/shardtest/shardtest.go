@@ -211,6 +211,7 @@ func (e *Cluster) StartNodeApps(id, dir string, apps map[string]shard.App) *Node
 		Member: m, Opener: op, DataDir: dir, Apps: apps, Topics: shard.EtcdTopics(e.Client, e.Prefix),
 		TxnMaxMessages: e.TxnMaxMessages, LagInterval: 20 * time.Millisecond,
 		Logger: e.Logger.Named(id), Snapshots: e.Snapshots,
+		Terms: &allocator.Terms{Client: e.Client, Prefix: e.Prefix},
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
