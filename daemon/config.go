@@ -240,11 +240,15 @@ func advertiseURL(flag string, addr net.Addr, hostname func() (string, error)) s
 
 // newLogger builds the process logger from --log.level and --log.format.
 func newLogger(level, format string, out interface{ Write([]byte) (int, error) }) hclog.Logger {
-	return hclog.New(&hclog.LoggerOptions{
+	l := hclog.New(&hclog.LoggerOptions{
 		Name:       "consumerd",
 		Level:      hclog.LevelFromString(level),
 		JSONFormat: format == "json",
 		Output:     out,
 		TimeFormat: "2006-01-02T15:04:05.000Z07:00",
 	})
+	if format == "json" {
+		return durationStrings{l}
+	}
+	return l
 }

@@ -405,3 +405,18 @@ func TestRunUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestJSONLogDurations: JSON logs print durations as Go duration strings,
+// also through loggers derived with With and Named.
+func TestJSONLogDurations(t *testing.T) {
+	var b bytes.Buffer
+	l := newLogger("info", "json", &b)
+	l.Named("shard").With("since", 1500*time.Millisecond).Info("caught up", "took", 2*time.Second, "n", 3)
+	var line map[string]any
+	if err := json.Unmarshal(b.Bytes(), &line); err != nil {
+		t.Fatalf("%v: %s", err, b.String())
+	}
+	if line["took"] != "2s" || line["since"] != "1.5s" || line["n"] != float64(3) {
+		t.Fatalf("JSON log line %s: want took \"2s\", since \"1.5s\", n 3", b.String())
+	}
+}

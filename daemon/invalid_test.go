@@ -3,6 +3,7 @@ package daemon
 import (
 	"encoding/json"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -147,4 +148,55 @@ func TestUndecodableAssignmentHeals(t *testing.T) {
 		out, errs, _ := c.run("", "query", "--app", "wordcount", "--key", "the")
 		return out == "30\n", out + errs
 	})
+}
+
+// TestShardsDelete: shards delete needs exactly one selector and --yes,
+// deletes one shard (a spec that does not decode too), every shard of an
+// app, or all, and names the partitions it leaves unread.
+func TestShardsDelete(t *testing.T) {
+	c := newCLI(t)
+	for _, tp := range []string{"words", "counts"} {
+		c.ok("", "topics", "create", "--name", tp, "--partitions", "4")
+	}
+	c.ok("", "shards", "create", "--app", "wordcount")
+	ids := func() string {
+		st, out := c.statuses()
+		if st == nil {
+			t.Fatal(out)
+		}
+		var s []string
+		for id := range st {
+			s = append(s, id)
+		}
+		sort.Strings(s)
+		return strings.Join(s, ",")
+	}
+	c.fails(2, "give exactly one of --shard ID, --app A or --all", "", "shards", "delete")
+	c.fails(2, "give exactly one of", "", "shards", "delete", "--all", "--app", "wordcount")
+	c.fails(2, "this deletes 1 shard spec(s) (wordcount-0001): run again with --yes", "", "shards", "delete", "--shard", "wordcount-0001")
+	c.fails(1, `no shard "nope"`, "", "shards", "delete", "--shard", "nope", "--yes")
+	c.fails(2, `--app: `, "", "shards", "delete", "--app", "nope", "--yes")
+	if got := ids(); got != "wordcount-0000,wordcount-0001,wordcount-0002,wordcount-0003" {
+		t.Fatalf("nothing deleted yet, but shards are %s", got)
+	}
+	out, errs, code := c.run("", "shards", "delete", "--shard", "wordcount-0001", "--yes")
+	if code != 0 || out != "deleted 1 shard(s)\n" || !strings.Contains(errs, "topic words: no shard reads partition(s) 1 of 4") {
+		t.Fatalf("delete --shard: exit %d, %q, stderr %q; want 1 deleted and words/0001 named unread", code, out, errs)
+	}
+	cl := etcdtest.NewClient(t, strings.Split(c.etcd, ","))
+	if _, err := cl.Put(t.Context(), "/consumerd/items/wordcount-0002", "junk"); err != nil {
+		t.Fatal(err)
+	}
+	if out := c.ok("", "shards", "delete", "--app", "wordcount", "--yes"); out != "deleted 2 shard(s)\n" {
+		t.Fatalf("delete --app: %q", out)
+	}
+	if got := ids(); got != "wordcount-0002" {
+		t.Fatalf("after delete --app: %s; want only the invalid wordcount-0002 left", got)
+	}
+	if out := c.ok("", "shards", "delete", "--all", "--yes"); out != "deleted 1 shard(s)\n" {
+		t.Fatalf("delete --all: %q", out)
+	}
+	if got := ids(); got != "" {
+		t.Fatalf("after delete --all: %s", got)
+	}
 }

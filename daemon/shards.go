@@ -27,7 +27,8 @@ func newShardsCommand(opts Options) *cobra.Command {
 		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cmd.AddCommand(newShardsCreateCommand(opts), newShardsApplyCommand(opts),
-		newShardsListCommand(opts), newShardsUnassignCommand(opts), newShardsRecoverCommand(opts), newShardsResetCommand(opts))
+		newShardsListCommand(opts), newShardsUnassignCommand(opts), newShardsRecoverCommand(opts), newShardsResetCommand(opts),
+		newShardsDeleteCommand(opts))
 	return cmd
 }
 

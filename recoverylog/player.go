@@ -29,6 +29,9 @@ type PlayerConfig struct {
 	Logger hclog.Logger
 	// ShardID names the shard in logs and metrics.
 	ShardID string
+	// ProgressInterval is how often a replay that has not caught up yet logs
+	// its progress (0: DefaultProgressInterval).
+	ProgressInterval time.Duration
 }
 
 // Player replays a recovery log into a DB and keeps tailing it; Handoff
@@ -103,7 +106,7 @@ func (p *Player) markCaughtUp(start time.Time) {
 	p.caughtUpOnce.Do(func() {
 		d := time.Since(start)
 		replayDuration.Observe(d.Seconds())
-		p.logger.Info("recovery log replay caught up", "position", p.Position().String(), "duration", d)
+		p.logger.Debug("recovery log replay caught up", "position", p.Position().String(), "duration", d)
 		close(p.caughtUp)
 	})
 }
@@ -172,13 +175,14 @@ func (p *Player) Play(ctx context.Context) (err error) {
 		return fmt.Errorf("recoverylog: shard %s: replay from %v: %w", shard, pos, err)
 	}
 	defer sc.Close()
-	p.logger.Info("recovery log replay started", "position", pos.String(), "last_id", lastID)
+	p.logger.Debug("recovery log replay started", "position", pos.String(), "last_id", lastID)
 	if lastID <= pos.LogID {
 		p.markCaughtUp(start)
 	}
 
 	replayed := replayedBytesTotal.WithLabelValues(shard)
 	applied := replayedRecordsTotal.WithLabelValues(shard)
+	progress := newReplayProgress(p.logger, p.cfg.ProgressInterval, start, pos.LogID, lastID)
 	first := true
 	for {
 		var m message.ImmutableMessage
@@ -196,6 +200,7 @@ func (p *Player) Play(ctx context.Context) (err error) {
 			return fmt.Errorf("recoverylog: shard %s: recovery log scanner stopped at %v: %w", shard, fsm.Position(), sc.Error())
 		}
 		replayed.Add(float64(len(m.Payload)))
+		progress.add(len(m.Payload), m.ID, time.Now())
 		rec, err := Decode(m.Payload)
 		if err != nil {
 			return fmt.Errorf("recoverylog: shard %s: record at log id %d: %w", shard, m.ID, err)
@@ -225,7 +230,7 @@ func (p *Player) Play(ctx context.Context) (err error) {
 			}
 			p.mu.Unlock()
 			if rec.Kind == KindFence {
-				p.logger.Info("fence applied", "term", rec.Term, "author", rec.Author, "log_id", m.ID)
+				p.logger.Debug("fence applied", "term", rec.Term, "author", rec.Author, "log_id", m.ID)
 			}
 			if won {
 				p.markCaughtUp(start)
@@ -340,7 +345,7 @@ func (p *Player) Handoff(ctx context.Context, w wal.WAL, term uint64, author str
 			return nil, fmt.Errorf("recoverylog: shard %s: append fence (term %d, attempt %d): %w", shard, term, attempt, err)
 		}
 		appendedBytesTotal.WithLabelValues(shard).Add(float64(len(enc)))
-		p.logger.Info("fence appended", "term", term, "author", author, "log_id", res.MessageID, "attempt", attempt, "after", pos.String())
+		p.logger.Debug("fence appended", "term", term, "author", author, "log_id", res.MessageID, "attempt", attempt, "after", pos.String())
 		retry := false
 		for !retry {
 			p.mu.Lock()

@@ -1,6 +1,7 @@
 package recoverylog
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/linxGnu/grocksdb"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -479,4 +481,27 @@ func TestConcurrentPipelinedCommits(t *testing.T) {
 		t.Fatalf("reader at %v, writer at %v", got, rec.Position())
 	}
 	equalDumps(t, dumpDB(t, db), dumpDB(t, db2))
+}
+
+// TestReplayLogsProgress: a replay that has not caught up logs how much it
+// replayed and what is left, every ProgressInterval (here: every record).
+func TestReplayLogsProgress(t *testing.T) {
+	const shard = "progress"
+	env := newMemEnv(t)
+	db, _ := openDB(t, t.TempDir())
+	rec := becomeWriter(t, env.opener, shard, db, 1, "a")
+	for i := 0; i < 10; i++ {
+		commitAll(t, rec, []*grocksdb.WriteBatch{countBatch(i)})
+	}
+	var logs bytes.Buffer
+	logger := hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Info})
+	fresh, _ := openDB(t, t.TempDir())
+	r := startPlayer(t, PlayerConfig{Log: openWAL(t, env.opener, Channel(shard), 0), DB: fresh, ShardID: shard,
+		Logger: logger, ProgressInterval: time.Nanosecond})
+	waitCaughtUp(t, r)
+	_ = r.stop(t)
+	out := logs.String()
+	if n := strings.Count(out, "recovery log replay progress: shard=progress records="); n < 5 || !strings.Contains(out, "remaining_ids=1 ") || !strings.Contains(out, "eta=") {
+		t.Fatalf("%d progress lines; want one per record but the last, counting down to remaining_ids=1:\n%s", n, out)
+	}
 }

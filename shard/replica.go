@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -363,7 +364,8 @@ func (p *player) stop() {
 // (damaged.go); one whose position the log no longer has (the log was
 // truncated past it) is wiped and rebuilt once.
 func (r *replica) replay(ctx context.Context, dir string, c Consumer, rlog wal.WAL) (*shardDB, *player, error) {
-	if _, err := r.restoreSnapshot(ctx, dir, c, true); err != nil {
+	restored, err := r.restoreSnapshot(ctx, dir, c, true)
+	if err != nil {
 		// Not fatal yet: the log may still hold the local position. If it
 		// does not, recoverTruncated tries again and fails the replica.
 		if ctx.Err() != nil {
@@ -373,6 +375,8 @@ func (r *replica) replay(ctx context.Context, dir string, c Consumer, rlog wal.W
 	}
 	movedAside, rebuiltTruncated, resetLog := false, false, false
 	for {
+		_, statErr := os.Stat(filepath.Join(dir, "CURRENT"))
+		existed := statErr == nil
 		sdb, err := openShardDB(dir, c, r.logger)
 		if err != nil {
 			if movedAside || !isDamaged(err) {
@@ -397,7 +401,19 @@ func (r *replica) replay(ctx context.Context, dir string, c Consumer, rlog wal.W
 			movedAside = true
 			continue
 		}
-		r.logger.Info("replaying recovery log", "from", pos.String(), "dir", dir)
+		// Say why the local database was or was not reused: the first
+		// question when a BACKFILL takes long.
+		local := "reusing the local database"
+		switch {
+		case restored:
+			local = "restored the newest snapshot (it covers more of the log than the local database did)"
+			restored = false
+		case !existed:
+			local = "no local database here: replaying the whole log"
+		case pos == (recoverylog.Position{}):
+			local = "the local database is empty: replaying the whole log"
+		}
+		r.logger.Info("replaying recovery log", "from", pos.String(), "dir", dir, "local_db", local)
 		pl := startPlayer(ctx, recoverylog.PlayerConfig{
 			Log: rlog, DB: sdb.db, WriteOptions: sdb.wo, Logger: r.logger, ShardID: r.id,
 		})

@@ -146,7 +146,7 @@ func (w *walImpl) fence(ctx context.Context) error {
 		ack, err := w.o.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(fseq))
 		if err == nil {
 			w.expected, w.chain = ack.Sequence, ""
-			w.log.Info("fenced lower terms", "previous_term", fterm, "fence_seq", ack.Sequence)
+			w.log.Debug("fenced lower terms", "previous_term", fterm, "fence_seq", ack.Sequence)
 			return nil
 		}
 		if !isWrongLastSeq(err) {

@@ -1,0 +1,98 @@
+package daemon
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/spf13/cobra"
+
+	"github.com/consumerd/consumerd/shard"
+)
+
+func newShardsDeleteCommand(opts Options) *cobra.Command {
+	var cf clientFlags
+	var shardID, appName string
+	var all, yes bool
+	cmd := &cobra.Command{
+		Use:   "delete (--shard ID | --app A | --all) --yes",
+		Short: "Delete shard specs: one shard, every shard of an app, or every shard",
+		Long: `delete removes shard specs from etcd; their replicas are then released, and their
+partitions are left unread (a WARNING names them). Their recovery logs and
+snapshots stay in the WAL: a spec written again with the same id (shards apply)
+picks the state up where it was.
+  --shard ID   that shard (a spec that does not decode too)
+  --app A      every shard of application A
+  --all        every shard, of every application, valid or not
+Writes are guarded transactions of at most 128 deletes; --yes confirms.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if btoi(shardID != "")+btoi(appName != "")+btoi(all) != 1 {
+				return usagef("give exactly one of --shard ID, --app A or --all")
+			}
+			ctx := cmd.Context()
+			cli, snap, err := cf.snapshot(ctx)
+			if err != nil {
+				return err
+			}
+			defer cli.Close()
+			var ids []string
+			switch {
+			case shardID != "":
+				_, ok := snap.Items[shardID]
+				if _, bad := snap.InvalidItems[shardID]; !ok && !bad {
+					return fmt.Errorf("--shard: no shard %q", shardID)
+				}
+				ids = []string{shardID}
+			case appName != "":
+				if _, err := opts.app(appName); err != nil {
+					return usageError{fmt.Errorf("--app: %w", err)}
+				}
+				for _, s := range shard.Specs(snap) {
+					if s.App == appName {
+						ids = append(ids, s.ID)
+					}
+				}
+				if len(snap.InvalidItems) > 0 {
+					fmt.Fprintf(cmd.ErrOrStderr(), "WARNING: %d shard spec(s) do not decode and may belong to %s; they are not deleted (use --shard ID): see 'consumerd shards list'\n",
+						len(snap.InvalidItems), appName)
+				}
+			default:
+				for id := range snap.Items {
+					ids = append(ids, id)
+				}
+				for id := range snap.InvalidItems {
+					ids = append(ids, id)
+				}
+			}
+			sort.Strings(ids)
+			if len(ids) == 0 {
+				fmt.Fprintln(cmd.OutOrStdout(), "no shards to delete")
+				return nil
+			}
+			if !yes {
+				return usagef("this deletes %d shard spec(s) (%s%s): run again with --yes to confirm", len(ids), ids[0], map[bool]string{true: ", ...", false: ""}[len(ids) > 1])
+			}
+			entries := make([]applyEntry, len(ids))
+			for i, id := range ids {
+				entries[i] = applyEntry{ID: id, Delete: true}
+			}
+			_, _, deleted, err := applyEntries(ctx, cli, cf.etcdPrefix, entries)
+			if err != nil {
+				return fmt.Errorf("after deleting %d shard(s): %w", deleted, err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "deleted %d shard(s)\n", deleted)
+			if after, err := loadSnapshot(ctx, cli, cf.etcdPrefix); err == nil {
+				if ts, err := loadTopics(ctx, cli, cf.etcdPrefix); err == nil {
+					warnUnread(cmd.ErrOrStderr(), ts, shard.Specs(after))
+				}
+			}
+			return nil
+		},
+	}
+	cf.bind(cmd.Flags())
+	cmd.Flags().StringVar(&shardID, "shard", "", "delete this shard")
+	cmd.Flags().StringVar(&appName, "app", "", "delete every shard of this application")
+	cmd.Flags().BoolVar(&all, "all", false, "delete every shard")
+	cmd.Flags().BoolVar(&yes, "yes", false, "confirm the deletion")
+	return cmd
+}
