@@ -56,6 +56,8 @@ type StatusReplica struct {
 	Offsets map[string]uint64 `json:"offsets,omitempty"`
 	// Applied is the recovery-log id of the last record applied locally.
 	Applied uint64 `json:"applied"`
+	// ReplayTo is, during BACKFILL, the log id the replay catches up at.
+	ReplayTo uint64 `json:"replay_to,omitempty"`
 }
 
 // QueryResponse is the body of GET /v1/query, exported as that endpoint's
@@ -225,7 +227,7 @@ func (s *server) statusNow() StatusResponse {
 }
 
 func statusReplica(r shard.ReplicaInfo) StatusReplica {
-	sr := StatusReplica{Shard: r.Shard, App: r.App, Slot: r.Slot, State: string(r.State), Error: r.Error, Lag: r.Lag, Applied: uint64(r.Applied)}
+	sr := StatusReplica{Shard: r.Shard, App: r.App, Slot: r.Slot, State: string(r.State), Error: r.Error, Lag: r.Lag, Applied: uint64(r.Applied), ReplayTo: uint64(r.ReplayTo)}
 	if len(r.Offsets) > 0 {
 		sr.Offsets = make(map[string]uint64, len(r.Offsets))
 		for ch, id := range r.Offsets {

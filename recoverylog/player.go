@@ -49,6 +49,7 @@ type Player struct {
 	mu      sync.Mutex
 	started bool
 	pos     Position
+	target  message.MessageID // the log's last id when Play started
 	handoff *handoffState
 	err     error // Play's result, set before done is closed
 }
@@ -115,6 +116,15 @@ func (p *Player) markCaughtUp(start time.Time) {
 // position the database has applied: the log lost records.
 var ErrLogBehind = errors.New("the recovery log is behind the local database (it lost records)")
 
+// Target is the log's last id when Play started (0 before): the replay has
+// caught up once Position().LogID reaches it. With Position it tells how
+// far a BACKFILL is.
+func (p *Player) Target() message.MessageID {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.target
+}
+
 // Play replays the log from LoadPosition(DB), applying only records that
 // extend the chain, each in one DB write together with the new Position.
 // CaughtUp closes when it reached the log's last id seen at start; Play then
@@ -158,6 +168,9 @@ func (p *Player) Play(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("recoverylog: shard %s: last id of %s: %w", shard, p.cfg.Log.Channel(), err)
 	}
+	p.mu.Lock()
+	p.target = lastID
+	p.mu.Unlock()
 	// LastID never goes down (not even when Truncate removed everything),
 	// so a log that ends before the DB's position lost records the DB has
 	// applied: the NATS store was deleted, the stream recreated, a backup

@@ -499,6 +499,9 @@ func TestReplayLogsProgress(t *testing.T) {
 	r := startPlayer(t, PlayerConfig{Log: openWAL(t, env.opener, Channel(shard), 0), DB: fresh, ShardID: shard,
 		Logger: logger, ProgressInterval: time.Nanosecond})
 	waitCaughtUp(t, r)
+	if got, want := r.p.Target(), rec.Position().LogID; got != want {
+		t.Fatalf("Target = %d, want the log's last id at start, %d", got, want)
+	}
 	_ = r.stop(t)
 	out := logs.String()
 	if n := strings.Count(out, "recovery log replay progress: shard=progress records="); n < 5 || !strings.Contains(out, "remaining_ids=1 ") || !strings.Contains(out, "eta=") {

@@ -46,6 +46,8 @@ type replica struct {
 	// position reads the live applied position (the player's, then the
 	// recorder's); nil when no database is open.
 	position func() recoverylog.Position
+	// replayTo is the player's Target while a player runs (nil otherwise).
+	replayTo func() message.MessageID
 
 	// dbMu guards query access to a primary's database: queries hold it
 	// shared; the replica takes it exclusively to stop serving them.
@@ -172,8 +174,18 @@ func (r *replica) clearState() {
 func (r *replica) fail(err error) {
 	r.logger.Error("replica failed", "error", err)
 	metricFailures.WithLabelValues(r.id).Inc()
+	// The replica's own context may be over; the write gets 10 s, but no
+	// longer than the member's session: once its lease is lost the
+	// assignment key is gone too, and waiting would only delay the rejoin.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	go func() { // owned here: ends with ctx (cancelled on return)
+		select {
+		case <-r.svc.cfg.Member.Done():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	r.setState(ctx, allocator.StateFailed, allocator.TruncateError(err.Error()))
 }
 
@@ -186,6 +198,9 @@ func (r *replica) info() ReplicaInfo {
 	}
 	if r.position != nil {
 		ri.Applied = r.position().LogID
+	}
+	if r.replayTo != nil && r.state == allocator.StateBackfill {
+		ri.ReplayTo = r.replayTo()
 	}
 	if len(r.lag) > 0 {
 		ri.Lag = make(map[string]int64, len(r.lag))
@@ -418,7 +433,7 @@ func (r *replica) replay(ctx context.Context, dir string, c Consumer, rlog wal.W
 			Log: rlog, DB: sdb.db, WriteOptions: sdb.wo, Logger: r.logger, ShardID: r.id,
 		})
 		r.mu.Lock()
-		r.position = pl.player.Position
+		r.position, r.replayTo = pl.player.Position, pl.player.Target
 		r.mu.Unlock()
 		start := time.Now()
 		select {
@@ -463,7 +478,7 @@ func (r *replica) closeDB(sdb *shardDB) {
 	r.query = nil
 	r.dbMu.Unlock()
 	r.mu.Lock()
-	r.position = nil
+	r.position, r.replayTo = nil, nil
 	r.mu.Unlock()
 	sdb.Close()
 }

@@ -81,6 +81,9 @@ type ReplicaInfo struct {
 	// Applied is the recovery-log id of the last record applied to the
 	// replica's database (0 before the first).
 	Applied message.MessageID `json:"applied"`
+	// ReplayTo is, during BACKFILL, the recovery log's last id when the
+	// replay started: the replica catches up when Applied reaches it.
+	ReplayTo message.MessageID `json:"replay_to,omitempty"`
 }
 
 // Service runs this member's shard replicas: it follows the member's
