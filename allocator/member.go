@@ -185,7 +185,7 @@ func (m *Member) announce(ctx context.Context, ttl int64) error {
 			continue
 		}
 		m.revokeLease()
-		return fmt.Errorf("allocator: %w: %s is held by another process%s; stop it, wait for its lease to expire, or use another member id",
+		return fmt.Errorf("allocator: %w: %s is held by another process%s",
 			ErrMemberExists, m.key, describeHolder(holder))
 	}
 }

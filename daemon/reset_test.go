@@ -61,10 +61,12 @@ func TestShardsResetAfterLostLog(t *testing.T) {
 		}
 		return false, out
 	})
-	c.fails(2, "run again with --yes", "", "shards", "reset", "--shard", "wordcount-0000")
+	c.fails(2, "give exactly one of --shard ID or --lost-log", "", "shards", "reset", "--yes")
+	c.fails(2, "reset rebuilds 1 shard(s) (wordcount-0000) from what their recovery logs have", "", "shards", "reset", "--lost-log")
 	c.fails(1, `no shard "nope"`, "", "shards", "reset", "--shard", "nope", "--yes")
-	if out := c.ok("", "shards", "reset", "--shard", "wordcount-0000", "--yes"); !strings.Contains(out, "1 replica(s) unassigned") {
-		t.Fatalf("shards reset: %q", out)
+	if out := c.ok("", "shards", "reset", "--lost-log", "--yes"); !strings.HasPrefix(out, "reset wordcount-0000: ") || strings.Count(out, "\n") != 1 ||
+		!strings.Contains(out, "1 replica(s) unassigned") {
+		t.Fatalf("shards reset --lost-log: %q; want wordcount-0000 alone reset", out)
 	}
 	counted("the exact count after the reset")
 	if st, out := c.statuses(); st["wordcount-0000"] != "PRIMARY" || st["wordcount-0001"] != "PRIMARY" {

@@ -448,7 +448,7 @@ func (s *server) newMember(ctx context.Context) (*allocator.Member, error) {
 			s.log.Warn("member id held by another instance; checking whether it is alive", "member", s.cfg.MemberID, "zone", s.cfg.Zone, "error", err)
 		}
 		if live, why := holder.check(ctx, s.client, s.http, allocator.MemberKey(s.cfg.EtcdPrefix, s.cfg.Zone, s.cfg.MemberID), s.cfg.Zone, s.cfg.MemberID); live {
-			return nil, fatalError{fmt.Errorf("member id %q in zone %q is held by a live process (%s): %w; give each member its own --member.id",
+			return nil, fatalError{fmt.Errorf("member id %q in zone %q is held by a live process (%s), so this one cannot join: give each member its own --member.id, or stop the other one (%w)",
 				s.cfg.MemberID, s.cfg.Zone, why, err)}
 		}
 		if err := wait.Wait(ctx, nil); err != nil {

@@ -93,6 +93,6 @@ func (r *replica) logBehind(dir string, pos recoverylog.Position, err error) err
 			"moved the local database aside, rebuilding the shard from what the log has", rr))
 	}
 	return fmt.Errorf("%w. The local database (%s) is kept and the shard stops here: either restore the WAL's data "+
-		"and run 'consumerd shards unassign --failed --shard %s', or accept the loss with 'consumerd shards reset --shard %s' "+
-		"(the shard is rebuilt from what the log has, and re-reads its sources from the offsets found there)", err, dir, r.id, r.id)
+		"and run 'consumerd shards unassign --failed --shard %s', or accept the loss with 'consumerd shards reset --shard %s --yes' "+
+		"(--lost-log for every shard in this state; the shard is rebuilt from what the log has, and re-reads its sources from the offsets found there)", err, dir, r.id, r.id)
 }
