@@ -157,6 +157,9 @@ func serve(ctx context.Context, cfg serveConfig, embedded []shard.App, apps map[
 	}
 	defer client.Close()
 	s.client = client
+	if err := claimNamespace(ctx, client, cfg.EtcdPrefix, namespace); err != nil {
+		return err
+	}
 
 	// WAL: NATS JetStream.
 	walURL := cfg.WALURL
