@@ -70,7 +70,37 @@ func (c *clientFlags) etcd(ctx context.Context) (*clientv3.Client, error) {
 	if err := allRefuse(ctx, c.etcdEndpoints, c.dialTimeout); err != nil {
 		return nil, fmt.Errorf("cannot reach etcd at %s: %w (is etcd running there? see --etcd.endpoints)", strings.Join(c.etcdEndpoints, ","), err)
 	}
-	return dialEtcdTimeout(ctx, c.etcdEndpoints, c.dialTimeout)
+	cli, err := dialEtcdTimeout(ctx, c.etcdEndpoints, c.dialTimeout)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.followNamespace(ctx, cli); err != nil {
+		cli.Close()
+		return nil, err
+	}
+	return cli, nil
+}
+
+// followNamespace makes the client use the WAL namespace the cluster
+// recorded (claimNamespace), so it reads and writes the streams the members
+// do: without --wal.namespace it takes the recorded one; a --wal.namespace
+// that differs is an error naming both.
+func (c *clientFlags) followNamespace(ctx context.Context, cli *clientv3.Client) error {
+	key := namespaceKey(c.etcdPrefix)
+	resp, err := cli.Get(ctx, key)
+	if err != nil {
+		return fmt.Errorf("reading the cluster's WAL namespace at %s: %w", key, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil // no member has started yet: the derived namespace
+	}
+	rec := string(resp.Kvs[0].Value)
+	if c.walNamespace != "" && c.walNamespace != rec {
+		return usagef("--wal.namespace %q: the cluster under --etcd.prefix %s keeps its WAL in namespace %q (%s): drop the flag or pass that one",
+			c.walNamespace, c.etcdPrefix, rec, key)
+	}
+	c.walNamespace = rec
+	return nil
 }
 
 // snapshot connects to etcd and reads the whole keyspace once. The caller

@@ -9,7 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/consumerd/consumerd/internal/etcdtest"
 	"github.com/consumerd/consumerd/internal/freeport"
+	"github.com/consumerd/consumerd/topic"
+	"github.com/consumerd/consumerd/wal"
+	"github.com/consumerd/consumerd/wal/message"
+	"github.com/hashicorp/go-hclog"
 )
 
 // TestMemberWithAnotherNamespaceIsRefused: the first member records the
@@ -32,5 +37,36 @@ func TestMemberWithAnotherNamespaceIsRefused(t *testing.T) {
 	want := `the cluster under --etcd.prefix /consumerd keeps its WAL in namespace "consumerd" (/consumerd/wal-namespace), but this member would use "blue": start it with --wal.namespace consumerd`
 	if code != 1 || !strings.Contains(errb.String(), want) || ctx.Err() != nil {
 		t.Fatalf("serve with another namespace: exit %d (context %v), stderr:\n%s\nwant exit 1 saying %q", code, ctx.Err(), errb.String(), want)
+	}
+	// Clients follow the recorded namespace; another one is refused.
+	c.fails(2, `--wal.namespace "blue": the cluster under --etcd.prefix /consumerd keeps its WAL in namespace "consumerd"`, "", "topics", "list", "--wal.namespace", "blue")
+}
+
+// TestClientsFollowTheRecordedNamespace: a cluster whose members run with
+// --wal.namespace blue; a client command without the flag writes to blue's
+// streams, not to the prefix's default namespace.
+func TestClientsFollowTheRecordedNamespace(t *testing.T) {
+	c := newCLI(t)
+	cli := etcdtest.NewClient(t, strings.Split(c.etcd, ","))
+	if err := claimNamespace(t.Context(), cli, "/consumerd", "blue"); err != nil { // as serve --wal.namespace blue does
+		t.Fatal(err)
+	}
+	c.ok("", "topics", "create", "--name", "t", "--partitions", "1")
+	c.ok("x\n", "publish", "--topic", "t")
+	for ns, want := range map[string]message.MessageID{"blue": 1, "consumerd": 0} {
+		op, err := openWAL(c.nats, ns, 1, 5*time.Second, hclog.NewNullLogger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := op.Open(t.Context(), &wal.OpenOption{Channel: topic.ChannelName("t", 0)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last, err := w.LastID(t.Context())
+		w.Close()
+		op.Close()
+		if err != nil || last != want {
+			t.Fatalf("namespace %s: topic t holds up to id %d (%v), want %d", ns, last, err, want)
+		}
 	}
 }
