@@ -277,6 +277,11 @@ func TestShardRows(t *testing.T) {
 	if err := writeShardTable(&buf, rows); err != nil {
 		t.Fatal(err)
 	}
+	var errs bytes.Buffer
+	writeReplicaErrors(&errs, rows)
+	if errs.String() != "FAILED wc-1 on b/m2 slot 1: boom\n" {
+		t.Errorf("replica errors: %q", errs.String())
+	}
 	if !strings.Contains(buf.String(), "a/m1:0=PRIMARY,b/m2:1=STANDBY") || !strings.HasPrefix(buf.String(), "ID ") ||
 		!strings.Contains(buf.String(), `INVALID: shard spec "wc-3": bad`) || !strings.Contains(buf.String(), "  a/m1     a/m1:0=PRIMARY,") {
 		t.Fatalf("table:\n%s", buf.String())

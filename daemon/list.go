@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"text/tabwriter"
+	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
@@ -279,6 +280,31 @@ func writeShardTable(w io.Writer, rows []ShardRow) error {
 	return tw.Flush()
 }
 
+// maxErrorShown bounds each replica error writeReplicaErrors prints.
+const maxErrorShown = 300
+
+// writeReplicaErrors prints, after the table, why each FAILED replica
+// failed (the table has no room for it, and a bare FAILED says nothing),
+// cut to maxErrorShown bytes; -o json has the whole text.
+func writeReplicaErrors(w io.Writer, rows []ShardRow) {
+	for _, r := range rows {
+		for _, rep := range r.Replicas {
+			if rep.State != string(allocator.StateFailed) || rep.Error == "" {
+				continue
+			}
+			e := rep.Error
+			if len(e) > maxErrorShown {
+				n := maxErrorShown
+				for n > 0 && !utf8.RuneStart(e[n]) {
+					n-- // cut between runes
+				}
+				e = e[:n] + "… (-o json has it all)"
+			}
+			fmt.Fprintf(w, "FAILED %s on %s/%s slot %d: %s\n", r.ID, rep.Zone, rep.Member, rep.Slot, e)
+		}
+	}
+}
+
 func writeMemberTable(w io.Writer, rows []MemberRow) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tZONE\tENDPOINT\tITEM_LIMIT\tEXITING\tLEADER")
@@ -351,7 +377,11 @@ STATUS is the primary's state, or what the shard lacks:
 			if output == "json" {
 				return writeJSON(cmd.OutOrStdout(), rows)
 			}
-			return writeShardTable(cmd.OutOrStdout(), rows)
+			if err := writeShardTable(cmd.OutOrStdout(), rows); err != nil {
+				return err
+			}
+			writeReplicaErrors(cmd.ErrOrStderr(), rows)
+			return nil
 		},
 	}
 	cf.bind(cmd.Flags())
