@@ -24,6 +24,10 @@ var (
 		Name: "consumerd_recoverylog_skipped_records_total",
 		Help: "Recovery-log records ignored because they do not extend the chain, by reason (duplicate, branch, fenced, chunk).",
 	}, []string{"shard", "reason"})
+	replayRemaining = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "consumerd_recoverylog_replay_remaining_ids",
+		Help: "Recovery-log ids a replay has left before it catches up with the log head seen at its start (0 once caught up).",
+	}, []string{"shard"})
 	replayDuration = promauto.NewHistogram(prometheus.HistogramOpts{
 		Name:    "consumerd_recoverylog_replay_duration_seconds",
 		Help:    "Time from the start of a replay until the player caught up with the log head seen at start.",

@@ -195,7 +195,7 @@ func (p *Player) Play(ctx context.Context) (err error) {
 
 	replayed := replayedBytesTotal.WithLabelValues(shard)
 	applied := replayedRecordsTotal.WithLabelValues(shard)
-	progress := newReplayProgress(p.logger, p.cfg.ProgressInterval, start, pos.LogID, lastID)
+	progress := newReplayProgress(p.logger, shard, p.cfg.ProgressInterval, start, pos.LogID, lastID)
 	first := true
 	for {
 		var m message.ImmutableMessage

@@ -502,6 +502,10 @@ func TestReplayLogsProgress(t *testing.T) {
 	if got, want := r.p.Target(), rec.Position().LogID; got != want {
 		t.Fatalf("Target = %d, want the log's last id at start, %d", got, want)
 	}
+	var left dto.Metric
+	if err := replayRemaining.WithLabelValues(shard).Write(&left); err != nil || left.GetGauge().GetValue() != 0 {
+		t.Fatalf("consumerd_recoverylog_replay_remaining_ids = %v (%v) after catching up, want 0", left.GetGauge().GetValue(), err)
+	}
 	_ = r.stop(t)
 	out := logs.String()
 	if n := strings.Count(out, "recovery log replay progress: shard=progress records="); n < 5 || !strings.Contains(out, "remaining_ids=1 ") || !strings.Contains(out, "eta=") {

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/consumerd/consumerd/wal/message"
 )
@@ -23,19 +24,23 @@ type replayProgress struct {
 	from, to message.MessageID // ids: the DB's position, the log's last at start
 	records  int64
 	bytes    int64
+	left     prometheus.Gauge
 }
 
-func newReplayProgress(logger hclog.Logger, interval time.Duration, start time.Time, from, to message.MessageID) *replayProgress {
+func newReplayProgress(logger hclog.Logger, shard string, interval time.Duration, start time.Time, from, to message.MessageID) *replayProgress {
 	if interval <= 0 {
 		interval = DefaultProgressInterval
 	}
-	return &replayProgress{logger: logger, interval: interval, start: start, last: start, from: from, to: to}
+	left := replayRemaining.WithLabelValues(shard)
+	left.Set(float64(to - min(from, to)))
+	return &replayProgress{logger: logger, interval: interval, start: start, last: start, from: from, to: to, left: left}
 }
 
 // add counts one record read at id and logs when an interval has passed.
 func (p *replayProgress) add(bytes int, id message.MessageID, now time.Time) {
 	p.records++
 	p.bytes += int64(bytes)
+	p.left.Set(float64(p.to - min(id, p.to)))
 	if id >= p.to || now.Sub(p.last) < p.interval {
 		return
 	}
