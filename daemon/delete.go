@@ -38,9 +38,8 @@ Writes are guarded transactions of at most 128 deletes; --yes confirms.`,
 			var ids []string
 			switch {
 			case shardID != "":
-				_, ok := snap.Items[shardID]
-				if _, bad := snap.InvalidItems[shardID]; !ok && !bad {
-					return fmt.Errorf("--shard: no shard %q", shardID)
+				if err := shardExists(snap, shardID); err != nil {
+					return err
 				}
 				ids = []string{shardID}
 			case appName != "":
@@ -74,7 +73,9 @@ Writes are guarded transactions of at most 128 deletes; --yes confirms.`,
 			}
 			entries := make([]applyEntry, len(ids))
 			for i, id := range ids {
-				entries[i] = applyEntry{ID: id, Delete: true}
+				// Valid specs are guarded by the snapshot's revision; an
+				// invalid one's is read again (the snapshot has no item).
+				entries[i] = applyEntry{ID: id, Delete: true, ModRevision: snap.Items[id].ModRevision}
 			}
 			_, _, deleted, err := applyEntries(ctx, cli, cf.etcdPrefix, entries)
 			if err != nil {

@@ -20,10 +20,7 @@ import (
 // valid spec back brings the exact count back from the recovery log.
 func TestInvalidShardSpecIsNeverSilent(t *testing.T) {
 	c := newCLI(t)
-	for _, tp := range []string{"words", "counts"} {
-		c.ok("", "topics", "create", "--name", tp, "--partitions", "4")
-	}
-	c.ok("", "shards", "create", "--app", "wordcount")
+	c.wordcountShards(4)
 	base := c.serve()
 	c.allPrimary(4)
 
@@ -120,10 +117,7 @@ func TestInvalidShardSpecIsNeverSilent(t *testing.T) {
 // shard again, and counts stay exact.
 func TestUndecodableAssignmentHeals(t *testing.T) {
 	c := newCLI(t)
-	for _, tp := range []string{"words", "counts"} {
-		c.ok("", "topics", "create", "--name", tp, "--partitions", "2")
-	}
-	c.ok("", "shards", "create", "--app", "wordcount")
+	c.wordcountShards(2)
 	c.serve()
 	c.allPrimary(2)
 	cl := etcdtest.NewClient(t, strings.Split(c.etcd, ","))
@@ -155,10 +149,7 @@ func TestUndecodableAssignmentHeals(t *testing.T) {
 // app, or all, and names the partitions it leaves unread.
 func TestShardsDelete(t *testing.T) {
 	c := newCLI(t)
-	for _, tp := range []string{"words", "counts"} {
-		c.ok("", "topics", "create", "--name", tp, "--partitions", "4")
-	}
-	c.ok("", "shards", "create", "--app", "wordcount")
+	c.wordcountShards(4)
 	ids := func() string {
 		st, out := c.statuses()
 		if st == nil {

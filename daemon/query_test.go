@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -149,6 +150,16 @@ func (c *cli) serveDir(dir string) (base string, stop func()) {
 	}
 	c.t.Cleanup(stop)
 	return "http://" + addr, stop
+}
+
+// wordcountShards creates wordcount's topics with n partitions each and
+// its n shards (no member runs yet).
+func (c *cli) wordcountShards(n int) {
+	c.t.Helper()
+	for _, tp := range []string{"words", "counts"} {
+		c.ok("", "topics", "create", "--name", tp, "--partitions", strconv.Itoa(n))
+	}
+	c.ok("", "shards", "create", "--app", "wordcount")
 }
 
 // statuses returns each shard's status in shards list -o json.

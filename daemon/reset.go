@@ -103,10 +103,10 @@ func resetShard(ctx context.Context, cli *clientv3.Client, prefix string, snap a
 	info, ok := snap.Items[id]
 	spec, isSpec := info.Item.(*shard.Spec)
 	if !ok || !isSpec || spec == nil {
-		if e, bad := snap.InvalidItems[id]; bad {
-			return fmt.Errorf("--shard: the spec of %s does not decode (%s): write a valid one with 'consumerd shards apply' first", id, e)
+		if err := shardExists(snap, id); err != nil {
+			return err
 		}
-		return fmt.Errorf("--shard: no shard %q", id)
+		return fmt.Errorf("--shard: the spec of %s does not decode (%s): write a valid one with 'consumerd shards apply' first", id, snap.InvalidItems[id])
 	}
 	// Every term so far is the term base plus a slot-0 key's CreateRevision,
 	// at most snap.Revision; every later one is above this txn's revision

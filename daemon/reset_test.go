@@ -19,10 +19,7 @@ import (
 // what the log has (nothing: so it re-reads its partition), exactly.
 func TestShardsResetAfterLostLog(t *testing.T) {
 	c := newCLI(t)
-	for _, tp := range []string{"words", "counts"} {
-		c.ok("", "topics", "create", "--name", tp, "--partitions", "2")
-	}
-	c.ok("", "shards", "create", "--app", "wordcount")
+	c.wordcountShards(2)
 	dir := t.TempDir()
 	_, stop := c.serveDir(dir)
 	c.allPrimary(2)

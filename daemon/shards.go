@@ -97,6 +97,10 @@ type applyEntry struct {
 	Spec   *shard.Spec
 	ID     string
 	Delete bool
+	// ModRevision, when not 0, is the key's ModRevision as the caller read
+	// it (from a snapshot): applyEntries guards with it instead of reading
+	// the key again.
+	ModRevision int64
 }
 
 // parseApplyFile decodes a YAML or JSON list of shard specs. Each entry is
@@ -260,13 +264,15 @@ func applyEntries(ctx context.Context, cli *clientv3.Client, prefix string, entr
 		var c, u, d int
 		for _, e := range batch {
 			key := allocator.ItemKey(prefix, e.ID)
-			g, err := cli.Get(ctx, key)
-			if err != nil {
-				return created, updated, deleted, fmt.Errorf("reading shard %s from etcd: %w", e.ID, err)
-			}
-			var mod int64
-			if len(g.Kvs) > 0 {
-				mod = g.Kvs[0].ModRevision
+			mod := e.ModRevision
+			if mod == 0 {
+				g, err := cli.Get(ctx, key)
+				if err != nil {
+					return created, updated, deleted, fmt.Errorf("reading shard %s from etcd: %w", e.ID, err)
+				}
+				if len(g.Kvs) > 0 {
+					mod = g.Kvs[0].ModRevision
+				}
 			}
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", mod))
 			switch {
@@ -301,6 +307,17 @@ func applyEntries(ctx context.Context, cli *clientv3.Client, prefix string, entr
 	return created, updated, deleted, nil
 }
 
+// shardExists is the --shard check of the commands that act on a shard's
+// keys: the shard's spec key exists, valid or not (an invalid spec's keys
+// can be unassigned or deleted too).
+func shardExists(snap allocator.Snapshot, id string) error {
+	_, ok := snap.Items[id]
+	if _, invalid := snap.InvalidItems[id]; !ok && !invalid {
+		return fmt.Errorf("--shard: no shard %q", id)
+	}
+	return nil
+}
+
 func newShardsUnassignCommand(opts Options) *cobra.Command {
 	var cf clientFlags
 	var failed bool
@@ -325,9 +342,8 @@ again (a FAILED replica restarts, from its recovery log, possibly elsewhere).
 			}
 			defer cli.Close()
 			if shardID != "" {
-				_, ok := snap.Items[shardID]
-				if _, invalid := snap.InvalidItems[shardID]; !ok && !invalid {
-					return fmt.Errorf("--shard: no shard %q", shardID)
+				if err := shardExists(snap, shardID); err != nil {
+					return err
 				}
 			}
 			var targets []allocator.Assignment

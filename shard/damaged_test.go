@@ -60,9 +60,7 @@ func TestDamagedLocalDBIsRebuilt(t *testing.T) {
 			dir := t.TempDir()
 			db := filepath.Join(dir, "shards", spec.ID)
 			for round := range keptDamagedPlusOne {
-				n := e.StartNode("n", dir)
-				e.Assign(n, spec.ID, 0)
-				e.WaitState(n, spec.ID, 0, allocator.StatePrimary)
+				n := e.StartPrimary("n", dir, spec)
 				if d := shardtest.DiffCounts(e.Counts(n, spec), wordcount.Count(lines[:50+round])); d != "" {
 					t.Fatalf("round %d: %s", round, d)
 				}
@@ -70,9 +68,7 @@ func TestDamagedLocalDBIsRebuilt(t *testing.T) {
 				damage(t, db)
 				e.Publish(0, lines[50+round])
 			}
-			n := e.StartNode("n", dir)
-			e.Assign(n, spec.ID, 0)
-			e.WaitState(n, spec.ID, 0, allocator.StatePrimary)
+			n := e.StartPrimary("n", dir, spec)
 			e.Publish(0, lines[50+keptDamagedPlusOne:]...)
 			if d := shardtest.DiffCounts(e.Counts(n, spec), wordcount.Count(lines)); d != "" {
 				t.Fatalf("after rebuilding: %s", d)
@@ -101,9 +97,7 @@ func TestLostRecoveryLogFailsLoudlyThenResets(t *testing.T) {
 	lines := shardtest.Corpus(6, 60)
 	e.Publish(0, lines[:40]...)
 	dir := t.TempDir()
-	n := e.StartNode("n", dir)
-	e.Assign(n, spec.ID, 0)
-	e.WaitState(n, spec.ID, 0, allocator.StatePrimary)
+	n := e.StartPrimary("n", dir, spec)
 	if d := shardtest.DiffCounts(e.Counts(n, spec), wordcount.Count(lines[:40])); d != "" {
 		t.Fatal(d)
 	}
@@ -157,9 +151,7 @@ func TestTermsStayAboveTheLogAfterEtcdRebuild(t *testing.T) {
 	e.PutSpec(spec)
 	lines := shardtest.Corpus(8, 60)
 	e.Publish(0, lines[:30]...)
-	n := e.StartNode("n", t.TempDir())
-	e.Assign(n, spec.ID, 0)
-	e.WaitState(n, spec.ID, 0, allocator.StatePrimary)
+	n := e.StartPrimary("n", t.TempDir(), spec)
 	if d := shardtest.DiffCounts(e.Counts(n, spec), wordcount.Count(lines[:30])); d != "" {
 		t.Fatal(d)
 	}

@@ -117,9 +117,7 @@ func TestTransientWALFailureRestarts(t *testing.T) {
 	e.PutSpec(spec)
 	lines := shardtest.Corpus(3, 60)
 	e.Publish(0, lines[:20]...)
-	n := e.StartNode("n", t.TempDir())
-	e.Assign(n, spec.ID, 0)
-	e.WaitState(n, spec.ID, 0, allocator.StatePrimary)
+	n := e.StartPrimary("n", t.TempDir(), spec)
 	if d := shardtest.DiffCounts(e.Counts(n, spec), wordcount.Count(lines[:20])); d != "" {
 		t.Fatal(d)
 	}

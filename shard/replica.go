@@ -392,22 +392,9 @@ func (r *replica) replay(ctx context.Context, dir string, c Consumer, rlog wal.W
 	for {
 		_, statErr := os.Stat(filepath.Join(dir, "CURRENT"))
 		existed := statErr == nil
-		sdb, err := openShardDB(dir, c, r.logger)
+		sdb, pos, err := r.openAt(dir, c)
 		if err != nil {
 			if movedAside || !isDamaged(err) {
-				return nil, nil, err
-			}
-			if err := r.moveAside(ctx, dir, c, err); err != nil {
-				return nil, nil, err
-			}
-			movedAside = true
-			continue
-		}
-		pos, err := recoverylog.LoadPosition(sdb.db)
-		if err != nil {
-			r.closeDB(sdb)
-			err = fmt.Errorf("load recovery-log position of %s: %w: %w", dir, errDamagedDB, err)
-			if movedAside {
 				return nil, nil, err
 			}
 			if err := r.moveAside(ctx, dir, c, err); err != nil {
@@ -470,6 +457,22 @@ func (r *replica) replay(ctx context.Context, dir string, c Consumer, rlog wal.W
 			return nil, nil, fmt.Errorf("replay recovery log: %w", err)
 		}
 	}
+}
+
+// openAt opens the database at dir and loads its recovery-log position. A
+// position that does not decode is damage (errDamagedDB), like a file
+// RocksDB reports corrupt.
+func (r *replica) openAt(dir string, c Consumer) (*shardDB, recoverylog.Position, error) {
+	sdb, err := openShardDB(dir, c, r.logger)
+	if err != nil {
+		return nil, recoverylog.Position{}, err
+	}
+	pos, err := recoverylog.LoadPosition(sdb.db)
+	if err != nil {
+		r.closeDB(sdb)
+		return nil, recoverylog.Position{}, fmt.Errorf("load recovery-log position of %s: %w: %w", dir, errDamagedDB, err)
+	}
+	return sdb, pos, nil
 }
 
 // closeDB stops query access and closes the database.

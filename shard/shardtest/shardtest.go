@@ -222,6 +222,16 @@ func (e *Cluster) StartNodeApps(id, dir string, apps map[string]shard.App) *Node
 	return n
 }
 
+// StartPrimary starts node id with data in dir, assigns it spec's slot 0
+// and waits until it is PRIMARY.
+func (e *Cluster) StartPrimary(id, dir string, spec *shard.Spec) *Node {
+	e.t.Helper()
+	n := e.StartNode(id, dir)
+	e.Assign(n, spec.ID, 0)
+	e.WaitState(n, spec.ID, 0, allocator.StatePrimary)
+	return n
+}
+
 // Halt starts killing the node: its contexts are cancelled and its lease
 // revoked (its assignments vanish). Wait then waits for it to stop.
 func (n *Node) Halt() {
