@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/consumerd/consumerd/internal/natsconn"
 	"github.com/consumerd/consumerd/internal/retry"
 	"github.com/consumerd/consumerd/wal/walimpls"
 )
@@ -42,11 +43,7 @@ func (b *Builder) Build() (walimpls.OpenerImpls, error) {
 	}
 	log := cfg.Logger.Named("jetstream")
 	var maxPayload atomic.Int64
-	nc, err := nats.Connect(cfg.URL,
-		nats.Name(cfg.ClientName),
-		nats.Timeout(cfg.ConnectTimeout),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
+	nc, err := nats.Connect(cfg.URL, natsconn.Options(cfg.ClientName, cfg.ConnectTimeout,
 		nats.ReconnectHandler(func(c *nats.Conn) {
 			maxPayload.Store(c.MaxPayload()) // the new server's limit
 			log.Info("reconnected to NATS", "url", c.ConnectedUrl())
@@ -54,7 +51,7 @@ func (b *Builder) Build() (walimpls.OpenerImpls, error) {
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			log.Warn("NATS async error", "url", cfg.URL, "error", err)
 		}),
-	)
+	)...)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: connect to %s: %w", cfg.URL, err)
 	}
@@ -232,23 +229,20 @@ func checkSubjects(info *jetstream.StreamInfo, n names) error {
 	return nil
 }
 
-// errNoReply is a request that had no reply within AckTimeout: the server
-// is unreachable or lost it. Unlike the caller's own deadline, retryable.
-var errNoReply = errors.New("no reply within the ack timeout")
+// errNoReply is a request that had no reply within RequestTimeout: the
+// server is unreachable or lost it. Unlike the caller's own deadline,
+// retryable.
+var errNoReply = errors.New("no reply within the request timeout")
 
-// request bounds a request by AckTimeout unless ctx already has a deadline.
-// end releases it; when the request ran out of AckTimeout (and not of the
-// caller's time) it makes *err a retryable errNoReply, which no longer
-// wraps context.DeadlineExceeded.
+// request bounds a request by RequestTimeout (or the caller's earlier
+// deadline). end releases it; when the request ran out of RequestTimeout
+// (and not of the caller's time) it makes *err a retryable errNoReply, which
+// no longer wraps context.DeadlineExceeded.
 func (o *opener) request(ctx context.Context) (context.Context, func(err *error)) {
-	if _, ok := ctx.Deadline(); ok {
-		c, cancel := context.WithCancel(ctx)
-		return c, func(*error) { cancel() }
-	}
-	c, cancel := context.WithTimeoutCause(ctx, o.cfg.AckTimeout, errNoReply)
+	c, cancel := context.WithTimeoutCause(ctx, o.cfg.RequestTimeout, errNoReply)
 	return c, func(err *error) {
 		if *err != nil && errors.Is(*err, context.DeadlineExceeded) && ctx.Err() == nil && errors.Is(context.Cause(c), errNoReply) {
-			*err = fmt.Errorf("%w (%s): %v", errNoReply, o.cfg.AckTimeout, *err)
+			*err = fmt.Errorf("%w (%s): %v", errNoReply, o.cfg.RequestTimeout, *err)
 		}
 		cancel()
 	}

@@ -29,9 +29,15 @@ type Config struct {
 	DuplicateWindow time.Duration
 	// AckTimeout bounds the wait for the server's acknowledgement of an
 	// append (an append unacknowledged for between 1 and 1.25 AckTimeout
-	// fails, retryably; see the package doc), and of other requests.
-	// Default 30 s.
+	// fails, retryably; see the package doc). Default 30 s.
 	AckTimeout time.Duration
+	// RequestTimeout bounds each other request (stream look-up and
+	// creation, fence reads and writes, last id, truncation, scanner
+	// start), also within a longer deadline of the caller's: a request sent
+	// as its server died or lost its stream leader is never answered, and
+	// failing it retryably lets the WAL adaptor send it again, to a server
+	// that answers. Default 5 s.
+	RequestTimeout time.Duration
 	// MaxPending bounds unacknowledged appends per connection; further
 	// appends block (backpressure). Default 4000.
 	MaxPending int
@@ -71,6 +77,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.AckTimeout <= 0 {
 		c.AckTimeout = 30 * time.Second
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = 5 * time.Second
 	}
 	if c.MaxPending <= 0 {
 		c.MaxPending = 4000

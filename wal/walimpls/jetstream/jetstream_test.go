@@ -908,11 +908,14 @@ func TestNamespacesApart(t *testing.T) {
 }
 
 // TestRequestTimeoutIsRetryable: with the server gone, a request that gets
-// no reply within AckTimeout fails with a retryable error (the adaptor and
-// the shard retry it; the caller's own deadline, in contrast, is final).
+// no reply within RequestTimeout fails with a retryable error (the adaptor
+// and the shard retry it; the caller's own deadline, in contrast, is final),
+// also when the caller's deadline is far away: the chaos harness found a
+// publish with a 30 s --timeout stuck in Open for all of it after the
+// nats-server it asked was killed.
 func TestRequestTimeoutIsRetryable(t *testing.T) {
 	srv := natstest.StartServer(t, embednats.Config{})
-	o := buildOpener(t, jetstream.Config{URL: srv.URL(), AckTimeout: 300 * time.Millisecond})
+	o := buildOpener(t, jetstream.Config{URL: srv.URL(), RequestTimeout: 300 * time.Millisecond})
 	w := openWAL(t, o, "words/0001", 0)
 	srv.Shutdown()
 	for name, call := range map[string]func(context.Context) error{
@@ -924,8 +927,15 @@ func TestRequestTimeoutIsRetryable(t *testing.T) {
 		},
 	} {
 		err := call(context.Background())
-		if err == nil || !walimpls.IsRetryable(err) || errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "no reply within the ack timeout") {
+		if err == nil || !walimpls.IsRetryable(err) || errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "no reply within the request timeout") {
 			t.Errorf("%s without a server: %v (retryable %v), want a retryable no-reply error", name, err, walimpls.IsRetryable(err))
+		}
+		long, cancel := context.WithTimeout(context.Background(), time.Minute)
+		start := time.Now()
+		err = call(long)
+		cancel()
+		if !walimpls.IsRetryable(err) || time.Since(start) > 30*time.Second {
+			t.Errorf("%s within a 1-minute deadline: %v after %s, want a retryable no-reply error after the request timeout", name, err, time.Since(start))
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		err = call(ctx)
