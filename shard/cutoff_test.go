@@ -3,11 +3,9 @@ package shard_test
 import (
 	"context"
 	"errors"
-	"net"
 	"net/url"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,82 +14,13 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/consumerd/consumerd/allocator"
+	"github.com/consumerd/consumerd/internal/blackhole"
 	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/shard/shardtest"
 	"github.com/consumerd/consumerd/topic"
 	"github.com/consumerd/consumerd/wal"
 	"github.com/consumerd/consumerd/wal/walimpls/memory"
 )
-
-// blackhole relays TCP to target until cut, then swallows every byte both
-// ways while keeping connections open: a network partition as a client
-// sees it (requests hang until their deadline), not a refused connection.
-type blackhole struct {
-	ln     net.Listener
-	target string
-	cut    atomic.Bool
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	conns  []net.Conn
-}
-
-func newBlackhole(t *testing.T, target string) *blackhole {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &blackhole{ln: ln, target: target}
-	b.wg.Add(1)
-	go func() { // owned by b: ends when Close closes the listener
-		defer b.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", target)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			b.mu.Lock()
-			b.conns = append(b.conns, c, up)
-			b.mu.Unlock()
-			b.wg.Add(2)
-			go b.relay(c, up)
-			go b.relay(up, c)
-		}
-	}()
-	t.Cleanup(b.Close)
-	return b
-}
-
-// relay copies from src to dst until src fails, dropping bytes once cut.
-func (b *blackhole) relay(src, dst net.Conn) {
-	defer b.wg.Done()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 && !b.cut.Load() {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return // EOF or closed: the peer or Close ended it
-		}
-	}
-}
-
-func (b *blackhole) Close() {
-	_ = b.ln.Close()
-	b.mu.Lock()
-	for _, c := range b.conns {
-		_ = c.Close()
-	}
-	b.mu.Unlock()
-	b.wg.Wait()
-}
 
 // TestFailedWriteEndsWithTheSession: a member is cut off from etcd just as
 // its replica fails. The replica's FAILED write cannot reach etcd; it must
@@ -112,8 +41,8 @@ func TestFailedWriteEndsWithTheSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hole := newBlackhole(t, u.Host)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + hole.ln.Addr().String()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	hole := blackhole.New(t, u.Host)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + hole.Addr()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,8 +87,8 @@ func TestFailedWriteEndsWithTheSession(t *testing.T) {
 		return strings.Contains(string(resp.Kvs[0].Value), `"state":"PRIMARY"`), string(resp.Kvs[0].Value)
 	})
 	e.Publish(0, "FAIL")
-	hole.cut.Store(true)
-	defer hole.cut.Store(false) // heal before the deferred teardown, which talks to etcd
+	hole.Cut()
+	defer hole.Heal() // heal before the deferred teardown, which talks to etcd
 	start := time.Now()
 	close(cut)
 	select {

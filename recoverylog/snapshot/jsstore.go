@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/consumerd/consumerd/internal/natsconn"
 )
 
 // JetStreamConfig configures a JetStream object store.
@@ -70,7 +72,7 @@ func NewJetStreamStore(ctx context.Context, js jetstream.JetStream, cfg JetStrea
 // DialJetStreamStore connects to the NATS server at url and binds the
 // bucket; Close closes the connection.
 func DialJetStreamStore(ctx context.Context, url string, cfg JetStreamConfig) (*JetStreamStore, error) {
-	nc, err := nats.Connect(url, nats.Name("consumerd-snapshots"))
+	nc, err := nats.Connect(url, natsconn.Options("consumerd-snapshots", 0)...)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: connect to NATS at %s: %w", url, err)
 	}
