@@ -38,12 +38,13 @@ func markTransient(err error) error {
 
 // isTransient reports whether a replica that stopped with err restarts by
 // itself: the WAL's retries ran out (retry.ErrExhausted: the failure lasted
-// longer than they wait) or the error was marked transient, unless it also
+// longer than they wait), a scanner's backend failed transiently
+// (wal.ErrTransient) or the error was marked transient, unless it also
 // says the replica was fenced by a newer primary or its log was truncated
 // (those are decided elsewhere: the assignment moved, or a snapshot).
 func isTransient(err error) bool {
 	var t *transientError
-	if !errors.Is(err, retry.ErrExhausted) && !errors.As(err, &t) {
+	if !errors.Is(err, retry.ErrExhausted) && !errors.Is(err, wal.ErrTransient) && !errors.As(err, &t) {
 		return false
 	}
 	return !errors.Is(err, wal.ErrFenced) && !errors.Is(err, wal.ErrTruncated) &&

@@ -143,6 +143,9 @@ func (s *scanner) run() {
 		if errors.Is(err, ErrUpstreamClosed) {
 			if ierr := s.impl.Error(); ierr != nil {
 				err = ierr
+				if walimpls.IsRetryable(ierr) {
+					err = fmt.Errorf("%w: %w", ErrTransient, ierr)
+				}
 			}
 		}
 		if s.parent.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {

@@ -27,6 +27,13 @@ type (
 	Marker      = walimpls.Marker
 )
 
+// ErrTransient wraps a scanner's backend failure that is not final (a lost
+// connection, an unanswered request, a server restart): a new scanner from
+// the position after the last message read goes on where it stopped.
+// Scanner.Error wraps the backend's error with it; a shard restarts its
+// replica on it instead of failing (shard/transient.go).
+var ErrTransient = errors.New("wal: transient backend failure")
+
 // ErrUpstreamClosed is returned by a MessageHandler when the scanner's
 // upstream channel was closed while it waited for a message.
 var ErrUpstreamClosed = errors.New("wal: upstream closed")

@@ -191,7 +191,7 @@ func (s *scanner) loop() error {
 		if !ok {
 			md, err := m.Metadata()
 			if err != nil {
-				return fmt.Errorf("jetstream: scanner %q on channel %q: message metadata: %w", s.name, s.w.n.channel, err)
+				return walimpls.Permanent(fmt.Errorf("jetstream: scanner %q on channel %q: message metadata: %w", s.name, s.w.n.channel, err))
 			}
 			seq, ts = md.Sequence.Stream, md.Timestamp
 		}
@@ -203,7 +203,7 @@ func (s *scanner) loop() error {
 		s.next = seq + 1
 		im, err := decodeMessage(s.w.n.channel, seq, ts, m.Headers(), m.Data())
 		if err != nil {
-			return err
+			return walimpls.Permanent(err) // a damaged message reads the same next time
 		}
 		select {
 		case s.ch <- im:
@@ -215,10 +215,13 @@ func (s *scanner) loop() error {
 
 // checkGap runs when the consumer skipped from s.next to seq. Gaps are normal
 // (fence records, dedupe); they are an error only if the skipped positions
-// were truncated while the scanner was behind — never a silent skip.
-func (s *scanner) checkGap(seq uint64) error {
-	ctx, cancel := context.WithTimeout(s.ctx, s.w.o.cfg.AckTimeout)
-	defer cancel()
+// were truncated while the scanner was behind — never a silent skip. An
+// unanswered look-up fails retryably (request), like every other request:
+// the chaos harness found a shard FAILED by a gap check that timed out while
+// its member's link flapped.
+func (s *scanner) checkGap(seq uint64) (err error) {
+	ctx, end := s.w.o.request(s.ctx)
+	defer end(&err)
 	info, err := s.w.st.Info(ctx)
 	if err != nil {
 		return fmt.Errorf("jetstream: scanner %q on channel %q: check gap %d..%d: %w", s.name, s.w.n.channel, s.next, seq, err)

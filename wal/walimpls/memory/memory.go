@@ -83,6 +83,19 @@ func (b *Builder) SetAppendHook(fn func(channel string, msg *message.MutableMess
 	b.st.hook = fn
 }
 
+// ScanHook is consulted by every scanner before it delivers a message: an
+// error stops the scanner with that error, as a lost connection or an
+// unanswered request stops a real one mid-read.
+type ScanHook func(channel string, id message.MessageID) error
+
+// SetScanHook installs fn (nil removes it) as the hook every scanner of
+// every opener built by b consults.
+func (b *Builder) SetScanHook(fn ScanHook) {
+	b.st.mu.Lock()
+	defer b.st.mu.Unlock()
+	b.st.scan = fn
+}
+
 // ShuffleAcks makes the openers built after the call report the outcomes of
 // appends in flight in a random order (seeded; 0 restores arrival order), as
 // acknowledgements that arrive on different paths of a real connection may
@@ -99,6 +112,7 @@ type store struct {
 	mu          sync.Mutex
 	channels    map[string]*channel
 	hook        AppendHook
+	scan        ScanHook
 	shuffleSeed uint64
 }
 
@@ -118,6 +132,12 @@ func (s *store) appendHook() AppendHook {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.hook
+}
+
+func (s *store) scanHook() ScanHook {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.scan
 }
 
 // channel is one log. Messages are kept in id order; ids before firstID were

@@ -67,7 +67,13 @@ func (s *scanner) loop() error {
 		notify := c.notify
 		c.mu.Unlock()
 
+		hook := s.w.st.scanHook()
 		for _, m := range batch {
+			if hook != nil {
+				if err := hook(c.name, m.ID); err != nil {
+					return fmt.Errorf("memory: scanner %q on %q at id %d: %w", s.name, c.name, m.ID, err)
+				}
+			}
 			m.Payload = slices.Clone(m.Payload)
 			m.Properties = maps.Clone(m.Properties)
 			select {
