@@ -160,6 +160,9 @@ func serve(ctx context.Context, cfg serveConfig, embedded []shard.App, apps map[
 	if err := claimNamespace(ctx, client, cfg.EtcdPrefix, namespace); err != nil {
 		return err
 	}
+	if err := claimReplicas(ctx, client, cfg.EtcdPrefix, cfg.WALReplicas); err != nil {
+		return err
+	}
 
 	// WAL: NATS JetStream.
 	walURL := cfg.WALURL
@@ -199,7 +202,7 @@ func serve(ctx context.Context, cfg serveConfig, embedded []shard.App, apps map[
 		if cfg.SnapshotStore == "dir" {
 			dir = cfg.SnapshotDir
 		}
-		st, closeStore, err := openSnapshotStore(ctx, dir, walURL, namespace, cfg.WALReplicas)
+		st, closeStore, err := openSnapshotStore(ctx, dir, walURL, namespace, cfg.WALReplicas, time.Minute, log)
 		if err != nil {
 			return err
 		}

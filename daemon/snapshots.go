@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/consumerd/consumerd/allocator"
 	"github.com/consumerd/consumerd/internal/ident"
+	"github.com/consumerd/consumerd/internal/retry"
 	"github.com/consumerd/consumerd/recoverylog/snapshot"
 	"github.com/consumerd/consumerd/shard"
 )
@@ -19,7 +21,7 @@ import (
 // openSnapshotStore opens the snapshot store: a directory store when dir is
 // set, else the JetStream object store on the WAL's NATS (the bucket of the
 // cluster's WAL namespace). close releases it.
-func openSnapshotStore(ctx context.Context, dir, walURL, namespace string, replicas int) (st snapshot.Store, closeFn func(), err error) {
+func openSnapshotStore(ctx context.Context, dir, walURL, namespace string, replicas int, wait time.Duration, log hclog.Logger) (st snapshot.Store, closeFn func(), err error) {
 	if dir != "" {
 		ds, err := snapshot.NewDirStore(dir)
 		if err != nil {
@@ -27,9 +29,31 @@ func openSnapshotStore(ctx context.Context, dir, walURL, namespace string, repli
 		}
 		return ds, func() {}, nil
 	}
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	// A NATS cluster electing a leader (a server just lost) leaves requests
+	// unanswered for a while: each try is bounded, and tries go on for
+	// wait (serve: a minute; a client command: one try) before giving up,
+	// naming the last error.
+	var js *snapshot.JetStreamStore
+	wctx, cancel := context.WithTimeout(ctx, max(wait, 10*time.Second))
 	defer cancel()
-	js, err := snapshot.DialJetStreamStore(cctx, walURL, snapshot.JetStreamConfig{Bucket: snapshot.BucketName(namespace), Replicas: replicas})
+	attempts := 0 // until wctx ends
+	if wait <= 0 {
+		attempts = 1
+	}
+	err = retry.Policy{Initial: 100 * time.Millisecond, Max: 2 * time.Second, Attempts: attempts}.Do(wctx, retry.Call{
+		OnRetry: func(attempt int, wait time.Duration, err error) {
+			log.Warn("snapshot store not reachable yet; retrying", "attempt", attempt, "in", wait, "error", err)
+		},
+	}, func() error {
+		tctx, cancel := context.WithTimeout(wctx, 10*time.Second)
+		defer cancel()
+		var derr error
+		js, derr = snapshot.DialJetStreamStore(tctx, walURL, snapshot.JetStreamConfig{Bucket: snapshot.BucketName(namespace), Replicas: replicas})
+		if derr != nil && wctx.Err() == nil {
+			return errors.New(derr.Error()) // this try's own deadline: retry
+		}
+		return derr
+	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("snapshot store: %w", err)
 	}
@@ -87,7 +111,7 @@ Snapshots are read from the JetStream object store on --wal.url, or from
 			if err != nil {
 				return usageError{err}
 			}
-			st, closeStore, err := openSnapshotStore(ctx, snapDir, cf.walURL, ns, 1)
+			st, closeStore, err := openSnapshotStore(ctx, snapDir, cf.walURL, ns, 1, 0, hclog.NewNullLogger())
 			if err != nil {
 				return err
 			}

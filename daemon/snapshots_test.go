@@ -13,7 +13,9 @@ import (
 	"github.com/linxGnu/grocksdb"
 
 	"github.com/consumerd/consumerd/examples/wordcount"
+	"github.com/consumerd/consumerd/internal/embednats"
 	"github.com/consumerd/consumerd/internal/etcdtest"
+	"github.com/consumerd/consumerd/internal/freeport"
 	"github.com/consumerd/consumerd/internal/natstest"
 	"github.com/consumerd/consumerd/internal/rockstest"
 	"github.com/consumerd/consumerd/recoverylog"
@@ -97,7 +99,7 @@ func TestShardsRecover(t *testing.T) {
 		}
 	}
 
-	st, closeStore, err := openSnapshotStore(ctx, "", url, ns, 1)
+	st, closeStore, err := openSnapshotStore(ctx, "", url, ns, 1, 0, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,5 +167,38 @@ func TestShardsRecoverUsage(t *testing.T) {
 		if code != 2 || !strings.Contains(errb.String(), tc.want) {
 			t.Errorf("%v: code %d stderr %q, want 2 and %q", tc.args, code, errb.String(), tc.want)
 		}
+	}
+}
+
+// TestSnapshotStoreWaitsForNATS: serve opens the snapshot store with
+// retries, so a member that starts while NATS is not answering yet (the
+// chaos harness restarted one as a nats-server of the cluster was killed:
+// it exited 1) waits for it; a client command tries once and says why.
+func TestSnapshotStoreWaitsForNATS(t *testing.T) {
+	port := freeport.Port(t)
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	if _, _, err := openSnapshotStore(t.Context(), "", url, "consumerd", 1, 0, hclog.NewNullLogger()); err == nil || !strings.Contains(err.Error(), "snapshot store") {
+		t.Fatalf("one try without NATS: %v, want an error naming the snapshot store", err)
+	}
+	started := make(chan *embednats.Server, 1)
+	go func() { // owned by the test: started once, shut down at its end
+		time.Sleep(time.Second) // NATS comes up a second after serve started waiting
+		s, err := embednats.Start(embednats.Config{Port: port, StoreDir: t.TempDir()})
+		if err != nil {
+			t.Error(err)
+		}
+		started <- s
+	}()
+	st, closeStore, err := openSnapshotStore(t.Context(), "", url, "consumerd", 1, time.Minute, hclog.NewNullLogger())
+	s := <-started
+	if s != nil {
+		defer s.Shutdown()
+	}
+	if err != nil {
+		t.Fatalf("serve's open while NATS starts: %v", err)
+	}
+	defer closeStore()
+	if st == nil {
+		t.Fatal("no store")
 	}
 }
