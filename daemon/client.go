@@ -31,7 +31,10 @@ type clientFlags struct {
 	etcdPrefix    string
 	walURL        string
 	walNamespace  string
-	dialTimeout   time.Duration
+	// walReplicas is the replication of streams this command creates: the
+	// cluster's (recordedReplicas), read by etcd().
+	walReplicas int
+	dialTimeout time.Duration
 }
 
 func (c *clientFlags) bind(fs *pflag.FlagSet) {
@@ -75,6 +78,10 @@ func (c *clientFlags) etcd(ctx context.Context) (*clientv3.Client, error) {
 		return nil, err
 	}
 	if err := c.followNamespace(ctx, cli); err != nil {
+		cli.Close()
+		return nil, err
+	}
+	if c.walReplicas, err = recordedReplicas(ctx, cli, c.etcdPrefix); err != nil {
 		cli.Close()
 		return nil, err
 	}
@@ -186,7 +193,7 @@ func (c *clientFlags) openWAL(log hclog.Logger) (wal.Opener, error) {
 	if err != nil {
 		return nil, usageError{err}
 	}
-	return openWAL(c.walURL, ns, 1, c.dialTimeout, log)
+	return openWAL(c.walURL, ns, max(c.walReplicas, 1), c.dialTimeout, log)
 }
 
 // openWAL connects to the NATS JetStream WAL at url, in namespace (never

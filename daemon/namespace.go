@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -38,4 +39,59 @@ func claimNamespace(ctx context.Context, cli *clientv3.Client, prefix, ns string
 			prefix, got, key, ns, got)
 	}
 	return nil
+}
+
+// replicasKey is <prefix>/wal-replicas: the replication of the streams the
+// cluster creates (serve --wal.replicas), recorded by its first member, so
+// that a stream created by a client command (publish to a partition no
+// member has opened yet) is replicated like the members' own.
+func replicasKey(prefix string) string { return prefix + "/wal-replicas" }
+
+// claimReplicas records n as the cluster's stream replication, or checks it
+// against the one recorded: members creating streams with different
+// replication would leave some partitions on fewer servers than the
+// operator chose, which shows only when a server is lost.
+func claimReplicas(ctx context.Context, cli *clientv3.Client, prefix string, n int) error {
+	key := replicasKey(prefix)
+	want := strconv.Itoa(n)
+	resp, err := cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, want)).
+		Else(clientv3.OpGet(key)).
+		Commit()
+	if err != nil {
+		return fmt.Errorf("recording the WAL replicas at %s: %w", key, err)
+	}
+	if resp.Succeeded {
+		return nil
+	}
+	rr := resp.Responses[0].GetResponseRange()
+	if rr == nil || len(rr.Kvs) != 1 {
+		return fmt.Errorf("reading the WAL replicas at %s: no value", key)
+	}
+	if got := string(rr.Kvs[0].Value); got != want {
+		return fmt.Errorf("the cluster under --etcd.prefix %s creates its streams with %s replicas (%s), but this member has --wal.replicas %d: "+
+			"start it with --wal.replicas %s (to change the cluster's, put the new count at %s with etcdctl; existing streams keep theirs)",
+			prefix, got, key, n, got, key)
+	}
+	return nil
+}
+
+// recordedReplicas is the cluster's stream replication: the recorded one,
+// or 1 when no member has started yet (or the record does not parse: a
+// member refuses to start over such a record, so nothing is created by it).
+func recordedReplicas(ctx context.Context, cli *clientv3.Client, prefix string) (int, error) {
+	key := replicasKey(prefix)
+	resp, err := cli.Get(ctx, key)
+	if err != nil {
+		return 0, fmt.Errorf("reading the cluster's WAL replicas at %s: %w", key, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return 1, nil
+	}
+	n, err := strconv.Atoi(string(resp.Kvs[0].Value))
+	if err != nil || n < 1 || n > 5 {
+		return 0, fmt.Errorf("the cluster's WAL replicas at %s is %q, not a count from 1 to 5: put the count the members use (serve --wal.replicas) there with etcdctl", key, resp.Kvs[0].Value)
+	}
+	return n, nil
 }

@@ -9,12 +9,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/consumerd/consumerd/examples/wordcount"
 	"github.com/consumerd/consumerd/internal/etcdtest"
 	"github.com/consumerd/consumerd/internal/freeport"
+	"github.com/consumerd/consumerd/internal/natstest"
+	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/topic"
 	"github.com/consumerd/consumerd/wal"
 	"github.com/consumerd/consumerd/wal/message"
 	"github.com/hashicorp/go-hclog"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestMemberWithAnotherNamespaceIsRefused: the first member records the
@@ -68,5 +73,47 @@ func TestClientsFollowTheRecordedNamespace(t *testing.T) {
 		if err != nil || last != want {
 			t.Fatalf("namespace %s: topic t holds up to id %d (%v), want %d", ns, last, err, want)
 		}
+	}
+}
+
+// TestClientsCreateStreamsWithTheRecordedReplicas: the first member records
+// the cluster's --wal.replicas; a client command that creates a stream (a
+// publish to a partition no member has opened) replicates it alike, and a
+// member with another --wal.replicas is refused. Before, a publish ahead
+// of the members created single-replica streams on a 3-node NATS cluster.
+func TestClientsCreateStreamsWithTheRecordedReplicas(t *testing.T) {
+	c := &cli{t: t, etcd: strings.Join(etcdtest.StartServer(t), ","), nats: natstest.StartCluster(t, 3), apps: []shard.App{wordcount.App()}}
+	cli := etcdtest.NewClient(t, strings.Split(c.etcd, ","))
+	if err := claimReplicas(t.Context(), cli, "/consumerd", 3); err != nil { // as serve --wal.replicas 3 does
+		t.Fatal(err)
+	}
+	c.ok("", "topics", "create", "--name", "t", "--partitions", "1")
+	c.ok("x\n", "publish", "--topic", "t")
+	nc, err := nats.Connect(c.nats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(t.Context(), "consumerd_t_s0000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := st.CachedInfo().Config.Replicas; n != 3 {
+		t.Fatalf("publish created topic t's stream with %d replicas, want the cluster's 3", n)
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second) // a bound, not a measurement
+	defer cancel()
+	var errb bytes.Buffer
+	code := Run(ctx, []string{"serve", "--etcd.endpoints", c.etcd, "--wal.url", c.nats,
+		"--data-dir", t.TempDir(), "--http.addr", fmt.Sprintf("127.0.0.1:%d", freeport.Port(t)), "--member.id", "m2", "--snapshot.store", "none"},
+		Options{Apps: c.apps, Stderr: &errb, Signals: make(chan os.Signal)})
+	want := "creates its streams with 3 replicas (/consumerd/wal-replicas), but this member has --wal.replicas 1: start it with --wal.replicas 3"
+	if code != 1 || !strings.Contains(errb.String(), want) {
+		t.Fatalf("serve with another --wal.replicas: exit %d, stderr:\n%s\nwant exit 1 saying %q", code, errb.String(), want)
 	}
 }
