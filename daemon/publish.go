@@ -177,13 +177,12 @@ func (p *publishRun) run(ctx context.Context, cmd *cobra.Command) error {
 	if err != nil {
 		return usageError{err}
 	}
-	opener, err := openWAL(p.cf.walURL, ns, 1, min(p.cf.dialTimeout, time.Until(deadlineOf(ctx))), hclog.NewNullLogger())
+	opener, err := openWAL(p.cf.walURL, ns, max(p.cf.walReplicas, 1), min(p.cf.dialTimeout, time.Until(deadlineOf(ctx))), hclog.NewNullLogger())
 	if err != nil {
 		return p.timedOut(ctx, err)
 	}
-	defer opener.Close()
 	pub := topic.NewPublisher(opener, hclog.NewNullLogger())
-	defer pub.Close()
+	defer closeBy(ctx, func() { pub.Close(); opener.Close() })
 
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, maxInFlight)
@@ -231,19 +230,54 @@ func (p *publishRun) run(ctx context.Context, cmd *cobra.Command) error {
 		}
 		p.fail(fmt.Errorf("reading stdin at line %d: %w", line+1, err))
 	}
-	wg.Wait() // every append reports, ctx bounding the wait
-	if p.firstErr != nil {
+	if !waitBy(ctx, wg.Wait) {
+		p.fail(fmt.Errorf("appends still unacknowledged: %w", ctx.Err()))
+	}
+	p.mu.Lock() // appends abandoned at the deadline may still report
+	firstErr, acked := p.firstErr, p.acked
+	p.mu.Unlock()
+	if firstErr != nil {
 		hint := ""
 		if !p.idGiven {
 			hint = "; re-run with --id to make a re-run store nothing twice"
 		} else {
 			hint = fmt.Sprintf("; re-running with --id %s stores nothing twice", p.runID)
 		}
-		return p.timedOut(ctx, fmt.Errorf("publishing to topic %s: %w (%d of %d messages acknowledged%s)", p.topic, p.firstErr, p.acked, sent, hint))
+		return p.timedOut(ctx, fmt.Errorf("publishing to topic %s: %w (%d of %d messages acknowledged%s)", p.topic, firstErr, acked, sent, hint))
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "published %d messages to topic %s (%d partitions)\n", p.acked, p.topic, desc.Partitions)
+	fmt.Fprintf(cmd.OutOrStdout(), "published %d messages to topic %s (%d partitions)\n", acked, p.topic, desc.Partitions)
 	return nil
 }
+
+// closeGrace is how long a run past its --timeout still waits for its
+// connections to close.
+const closeGrace = time.Second
+
+// waitBy calls wait and reports whether it returned before ctx ended (and
+// closeGrace more): a client command never outlives its --timeout, even when
+// the server it appends to went silent and its acknowledgements wait for
+// their own, longer timeout. What wait still waits for ends with the process.
+func waitBy(ctx context.Context, wait func()) bool {
+	done := make(chan struct{})
+	go func() { // owned by the command's process: ends when wait returns
+		wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+	}
+	select {
+	case <-done:
+		return true
+	case <-time.After(closeGrace):
+		return false
+	}
+}
+
+// closeBy runs close, bounded like waitBy.
+func closeBy(ctx context.Context, close func()) { waitBy(ctx, close) }
 
 // timedOut says so when the run's --timeout is why err happened.
 func (p *publishRun) timedOut(ctx context.Context, err error) error {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/consumerd/consumerd/examples/wordcount"
+	"github.com/consumerd/consumerd/internal/blackhole"
 	"github.com/consumerd/consumerd/internal/etcdtest"
 	"github.com/consumerd/consumerd/internal/freeport"
 	"github.com/consumerd/consumerd/internal/natstest"
@@ -222,6 +223,46 @@ func TestPublishNATSDown(t *testing.T) {
 	if code != 1 || !strings.Contains(errb.String(), "cannot reach NATS JetStream at "+dead) || time.Since(start) > 4*time.Second {
 		t.Fatalf("publish with NATS down: exit %d after %v, stderr %q; want exit 1 within --timeout naming the URL", code, time.Since(start), errb.String())
 	}
+}
+
+// TestPublishSilentNATS: publish never outlives its --timeout, also when the
+// nats-server it appends to goes silent mid-run (a partition: the connection
+// stays open, no acknowledgement comes). The chaos harness found a publish
+// still waiting for its acknowledgements' own 30 s timeout, past its
+// --timeout, when one nats-server of a cluster was cut off.
+func TestPublishSilentNATS(t *testing.T) {
+	c := newCLI(t)
+	c.ok("", "topics", "create", "--name", "t", "--partitions", "1")
+	c.ok("a\n", "publish", "--topic", "t") // creates the stream
+	hole := blackhole.New(t, strings.TrimPrefix(c.nats, "nats://"))
+	stdin, lines := io.Pipe()
+	const timeout = 6 * time.Second
+	start := time.Now()
+	done := make(chan struct{})
+	var code int
+	var errb bytes.Buffer
+	go func() {
+		defer close(done)
+		code = Run(t.Context(), []string{"publish", "--topic", "t", "--timeout", timeout.String(), "--etcd.endpoints", c.etcd, "--wal.url", "nats://" + hole.Addr()},
+			Options{Apps: c.apps, Stdin: stdin, Stdout: io.Discard, Stderr: &errb})
+	}()
+	if _, err := lines.Write([]byte("b\n")); err != nil {
+		t.Fatal(err)
+	}
+	for c.topics()["t"].Messages[0] < 2 { // b acknowledged: the connection works
+		if time.Since(start) > timeout {
+			t.Fatalf("line b not stored within %s", timeout)
+		}
+		time.Sleep(50 * time.Millisecond) // poll interval
+	}
+	hole.Cut()
+	_, _ = lines.Write([]byte("c\n"))
+	_ = lines.Close()
+	<-done
+	if took := time.Since(start); code != 1 || took > timeout+3*time.Second || !strings.Contains(errb.String(), "--timeout "+timeout.String()+" passed") {
+		t.Fatalf("publish to a silent server: exit %d after %s, stderr %q; want exit 1 naming --timeout within about %s", code, took, errb.String(), timeout)
+	}
+	hole.Heal()
 }
 
 func TestPartitionList(t *testing.T) {
