@@ -8,7 +8,7 @@ APT_PKGS  := librocksdb-dev etcd-server etcd-client nats-server prometheus
 # TESTFLAGS: -race catches data races; the timeout bounds a hung test well under CI's limit.
 TESTFLAGS ?= -race -count=1 -timeout 25m
 
-.PHONY: deps build test bench bench-quick run lint staticcheck-install clean
+.PHONY: deps build test bench bench-quick chaos run lint staticcheck-install clean
 
 # deps installs the system packages the build and tests need, only when missing.
 deps:
@@ -36,6 +36,14 @@ bench:
 
 bench-quick:
 	CONSUMERD_BENCH_ROUNDS=1 $(GO) test $(BENCHFLAGS) $(PKGS) | grep -E '^(BENCH|ok|FAIL|---)'
+
+# chaos runs the chaos harness (internal/chaos) once per seed: network namespaces
+# with a 3-node etcd, a 3-node JetStream cluster (R=3, fsync always) and 4
+# members in two zones; every fault kind per seed; one CHAOS line per run.
+# Needs root. Replay one seed: make chaos SEEDS=5. `make test` runs one short seed.
+SEEDS ?= 1,2,3
+chaos:
+	$(GO) run ./internal/chaos/cmd/chaos --seeds $(SEEDS)
 
 run: build
 	./bin/consumerd serve --data-dir $(DATA_DIR)
