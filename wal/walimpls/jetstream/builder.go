@@ -43,7 +43,7 @@ func (b *Builder) Build() (walimpls.OpenerImpls, error) {
 	}
 	log := cfg.Logger.Named("jetstream")
 	var maxPayload atomic.Int64
-	nc, err := nats.Connect(cfg.URL, natsconn.Options(cfg.ClientName, cfg.ConnectTimeout,
+	nc, err := nats.Connect(cfg.URL, natsconn.Options(cfg.ClientName, cfg.ConnectTimeout, cfg.Security,
 		nats.ReconnectHandler(func(c *nats.Conn) {
 			maxPayload.Store(c.MaxPayload()) // the new server's limit
 			log.Info("reconnected to NATS", "url", c.ConnectedUrl())
@@ -139,7 +139,10 @@ func (o *opener) Open(ctx context.Context, opt *walimpls.OpenOption) (_ walimpls
 	if closed {
 		return nil, fmt.Errorf("jetstream: open channel %q: %w", opt.Channel, walimpls.ErrClosed)
 	}
-	ctx, end := o.request(ctx)
+	// Creating a replicated stream and fencing it take several round trips
+	// through the cluster's leaders: the whole Open has AckTimeout, each
+	// look-up RequestTimeout (ensureStream).
+	ctx, end := o.requestWithin(ctx, o.cfg.AckTimeout)
 	defer end(&err)
 	st, err := o.ensureStream(ctx, n)
 	if err != nil {
@@ -166,7 +169,7 @@ func (o *opener) Open(ctx context.Context, opt *walimpls.OpenOption) (_ walimpls
 // ensureStream looks up the channel's stream, creating it when missing.
 func (o *opener) ensureStream(ctx context.Context, n names) (jetstream.Stream, error) {
 	for attempt := 0; attempt < 3; attempt++ {
-		st, err := o.js.Stream(ctx, n.stream)
+		st, err := o.lookupStream(ctx, n)
 		if err == nil {
 			if err := checkSubjects(st.CachedInfo(), n); err != nil {
 				return nil, err
@@ -214,6 +217,15 @@ func (o *opener) ensureStream(ctx context.Context, n names) (jetstream.Stream, e
 	return nil, fmt.Errorf("jetstream: stream %s for channel %q on %s: created concurrently but not found", n.stream, n.channel, o.cfg.URL)
 }
 
+// lookupStream is one stream look-up, bounded by RequestTimeout: a look-up
+// sent to a server that just died is never answered (the chaos harness
+// found a publish stuck on one for its whole --timeout).
+func (o *opener) lookupStream(ctx context.Context, n names) (_ jetstream.Stream, err error) {
+	ctx, end := o.request(ctx)
+	defer end(&err)
+	return o.js.Stream(ctx, n.stream)
+}
+
 func checkSubjects(info *jetstream.StreamInfo, n names) error {
 	if info == nil {
 		return nil
@@ -235,14 +247,20 @@ func checkSubjects(info *jetstream.StreamInfo, n names) error {
 var errNoReply = errors.New("no reply within the request timeout")
 
 // request bounds a request by RequestTimeout (or the caller's earlier
-// deadline). end releases it; when the request ran out of RequestTimeout
-// (and not of the caller's time) it makes *err a retryable errNoReply, which
-// no longer wraps context.DeadlineExceeded.
+// deadline); see requestWithin.
 func (o *opener) request(ctx context.Context) (context.Context, func(err *error)) {
-	c, cancel := context.WithTimeoutCause(ctx, o.cfg.RequestTimeout, errNoReply)
+	return o.requestWithin(ctx, o.cfg.RequestTimeout)
+}
+
+// requestWithin bounds a request by d (or the caller's earlier deadline).
+// end releases it; when the request ran out of d (and not of the caller's
+// time) it makes *err a retryable errNoReply, which no longer wraps
+// context.DeadlineExceeded.
+func (o *opener) requestWithin(ctx context.Context, d time.Duration) (context.Context, func(err *error)) {
+	c, cancel := context.WithTimeoutCause(ctx, d, errNoReply)
 	return c, func(err *error) {
 		if *err != nil && errors.Is(*err, context.DeadlineExceeded) && ctx.Err() == nil && errors.Is(context.Cause(c), errNoReply) {
-			*err = fmt.Errorf("%w (%s): %v", errNoReply, o.cfg.RequestTimeout, *err)
+			*err = fmt.Errorf("%w (%s): %v", errNoReply, d, *err)
 		}
 		cancel()
 	}
