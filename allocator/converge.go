@@ -24,6 +24,9 @@ type converger struct {
 	lastShortfall string
 	failures      int            // consecutive transactions whose compares failed
 	conflicts     *retry.Backoff // the pause after each of them
+	// wake is when the next scheduled restart is due (zero: none); Run
+	// runs a round then even if nothing changed.
+	wake time.Time
 }
 
 // init binds the converger to its member and names its logger.
@@ -44,13 +47,20 @@ func (c *converger) round(ctx context.Context, snap Snapshot) (again bool, err e
 	}
 	plan := planConverge(snap, c.m.prefix)
 	c.report(snap, plan)
-	if len(plan.groups) == 0 {
+	steps, wake := planRestarts(snap, time.Now())
+	c.wake = wake
+	if len(plan.groups) == 0 && len(steps) == 0 {
 		return false, nil
 	}
 	// Every transaction also compares the leader's own member key, so the
 	// writes of a leader deposed since the snapshot fail.
 	leaderCmp := clientv3.Compare(clientv3.ModRevision(c.m.key), "=", me.ModRevision)
-	return true, c.write(ctx, batchGroups(plan.groups, leaderCmp))
+	txns := batchGroups(plan.groups, leaderCmp)
+	if len(steps) > 0 {
+		c.log.Info("restart policy", "steps", describeSteps(steps))
+		txns = append(txns, restartTxns(c.m.prefix, steps, leaderCmp)...)
+	}
+	return true, c.write(ctx, txns)
 }
 
 // report updates the round's metrics and logs the items short of replicas

@@ -41,6 +41,8 @@ type KeySpace struct {
 	// badItems holds, by id, the decode error of item keys whose id parses
 	// but whose value does not: skipped, but reported (Snapshot.InvalidItems).
 	badItems map[string]string
+	// restarts holds, by item id, the leader's restart records.
+	restarts map[string]RestartRecord
 	changed  chan struct{} // closed and replaced on every update
 }
 
@@ -51,6 +53,7 @@ type decoded struct {
 	assignments map[string]Assignment
 	badAssign   map[string]Assignment
 	badItems    map[string]string
+	restarts    map[string]RestartRecord
 }
 
 // NewKeySpace returns an empty mirror of prefix. decodeItem nil means
@@ -72,6 +75,7 @@ func NewKeySpace(client *clientv3.Client, prefix string, decodeItem func(id stri
 		assignments: map[string]Assignment{},
 		badAssign:   map[string]Assignment{},
 		badItems:    map[string]string{},
+		restarts:    map[string]RestartRecord{},
 		changed:     make(chan struct{}),
 	}
 }
@@ -87,12 +91,13 @@ func (ks *KeySpace) Load(ctx context.Context) error {
 		return fmt.Errorf("loading %s/: %w", ks.prefix, err)
 	}
 	d := decoded{members: map[string]MemberInfo{}, items: map[string]ItemInfo{}, assignments: map[string]Assignment{},
-		badAssign: map[string]Assignment{}, badItems: map[string]string{}}
+		badAssign: map[string]Assignment{}, badItems: map[string]string{}, restarts: map[string]RestartRecord{}}
 	for _, kv := range resp.Kvs {
 		ks.decodeInto(kv, d)
 	}
 	ks.mu.Lock()
 	ks.members, ks.items, ks.assignments, ks.badAssign, ks.badItems = d.members, d.items, d.assignments, d.badAssign, d.badItems
+	ks.restarts = d.restarts
 	ks.revision = resp.Header.Revision
 	ks.loaded = true
 	ks.notifyLocked()
@@ -188,6 +193,9 @@ func (ks *KeySpace) apply(resp clientv3.WatchResponse) {
 	for _, ev := range resp.Events {
 		key := string(ev.Kv.Key)
 		delete(ks.badAssign, key)
+		if id, ok := strings.CutPrefix(key, RestartsPrefix(ks.prefix)); ok {
+			delete(ks.restarts, id)
+		}
 		if ev.Type == mvccpb.DELETE {
 			delete(ks.members, key)
 			delete(ks.assignments, key)
@@ -206,7 +214,7 @@ func (ks *KeySpace) apply(resp clientv3.WatchResponse) {
 			delete(ks.badItems, id)
 		}
 		ks.decodeInto(ev.Kv, decoded{members: ks.members, items: ks.items, assignments: ks.assignments,
-			badAssign: ks.badAssign, badItems: ks.badItems})
+			badAssign: ks.badAssign, badItems: ks.badItems, restarts: ks.restarts})
 	}
 	if r := resp.Header.Revision; r > ks.revision {
 		ks.revision = r
@@ -261,6 +269,16 @@ func (ks *KeySpace) decodeInto(kv *mvccpb.KeyValue, d decoded) {
 			}
 			d.badAssign[key] = a
 		}
+		ks.skip(key, err)
+	case strings.HasPrefix(rest, restartsDir):
+		id := strings.TrimPrefix(rest, restartsDir)
+		r, err := DecodeRestartRecord(kv.Value)
+		if err == nil {
+			r.ModRevision = kv.ModRevision
+			d.restarts[id] = r
+			return
+		}
+		// The leader writes a new record over it at the item's next failure.
 		ks.skip(key, err)
 	default:
 		// Other subtrees (e.g. snapshots/) belong to other layers.
@@ -325,6 +343,12 @@ func (ks *KeySpace) Snapshot() Snapshot {
 	}
 	for _, a := range ks.badAssign {
 		s.Undecodable = append(s.Undecodable, a)
+	}
+	if len(ks.restarts) > 0 {
+		s.Restarts = make(map[string]RestartRecord, len(ks.restarts))
+		for id, r := range ks.restarts {
+			s.Restarts[id] = r
+		}
 	}
 	if len(ks.badItems) > 0 {
 		s.InvalidItems = make(map[string]string, len(ks.badItems))

@@ -454,10 +454,20 @@ func (m *Member) Run(ctx context.Context) error {
 		if m.leaderRound(ctx, conv, failed) {
 			continue
 		}
+		var due <-chan time.Time // a scheduled restart's time (restarts.go)
+		var timer *time.Timer
+		if !conv.wake.IsZero() {
+			timer = time.NewTimer(time.Until(conv.wake))
+			due = timer.C
+		}
 		select {
 		case <-upd:
+		case <-due:
 		case <-ctx.Done():
 		case <-m.exitingCh:
+		}
+		if timer != nil {
+			timer.Stop()
 		}
 	}
 }
@@ -478,6 +488,7 @@ func (m *Member) loadMirror(ctx context.Context) bool {
 func (m *Member) leaderRound(ctx context.Context, conv *converger, failed *retry.Backoff) (again bool) {
 	if m.ks.Leader() != m.cfg.Zone+"/"+m.cfg.MemberID {
 		leaderGauge.Set(0)
+		conv.wake = time.Time{}
 		return false
 	}
 	leaderGauge.Set(1)

@@ -112,6 +112,8 @@ type Snapshot struct {
 	// Leader is "zone/member" of the member with the lowest CreateRevision,
 	// or "" when there are no members.
 	Leader string
+	// Restarts are the leader's restart records by item id (restarts.go).
+	Restarts map[string]RestartRecord
 }
 
 // LocalState is the part of the mirror that concerns one member: its

@@ -1,13 +1,18 @@
 package shard_test
 
 import (
+	"errors"
 	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/consumerd/consumerd/allocator"
 	"github.com/consumerd/consumerd/examples/wordcount"
 	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/shard/shardtest"
+	"github.com/consumerd/consumerd/topic"
 	"github.com/consumerd/consumerd/wal/walimpls/memory"
 )
 
@@ -99,4 +104,56 @@ func TestScheduledFailover(t *testing.T) {
 		}
 		return true, ""
 	})
+}
+
+// TestRestartPolicy: a shard whose spec has a restart policy and whose app
+// fails twice on a message, then succeeds, is PRIMARY again with exact
+// counts without anyone unassigning it; the leader's restart record shows
+// the two attempts. A shard without a policy stays FAILED (manual only).
+func TestRestartPolicy(t *testing.T) {
+	var fails atomic.Int32
+	app := shardtest.HookedApp(wordcount.Name, func(s shard.Shard, env topic.Envelope) error {
+		if string(env.Message.Payload) == "boom" && s.Spec().ID == "wc-0" && fails.Add(1) <= 2 {
+			return fmt.Errorf("injected app failure %d", fails.Load())
+		}
+		if string(env.Message.Payload) == "boom" && s.Spec().ID == "wc-1" {
+			return errors.New("injected permanent failure")
+		}
+		return nil
+	})
+	e := shardtest.NewScheduledCluster(t, memory.NewBuilder(), app)
+	withPolicy := shardtest.WordcountSpec("wc-0", 0, 0)
+	withPolicy.Restart = &shard.RestartSpec{MaxAttempts: 3, InitialBackoff: shard.Duration(100 * time.Millisecond), MaxBackoff: shard.Duration(time.Second)}
+	manual := shardtest.WordcountSpec("wc-1", 1, 0)
+	e.PutSpec(withPolicy)
+	e.PutSpec(manual)
+	lines := append(shardtest.Corpus(5, 30), "boom")
+	e.Publish(0, lines...)
+	e.Publish(1, "boom")
+	n := e.StartNode("a", t.TempDir())
+
+	shardtest.Eventually(t, "wc-0 PRIMARY again after two automatic restarts", func() (bool, string) {
+		snap := n.Member.KeySpace().Snapshot()
+		rec := snap.Restarts["wc-0"]
+		for _, a := range snap.Assignments {
+			if a.Item == "wc-0" && a.Status.State == allocator.StatePrimary && rec.Attempts == 2 && fails.Load() == 3 {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("failures %d, record %+v, assignments %+v", fails.Load(), rec, snap.Assignments)
+	})
+	if d := shardtest.DiffCounts(e.Counts(n, withPolicy), wordcount.Count(lines)); d != "" {
+		t.Fatalf("after the restarts: %s", d)
+	}
+	snap := n.Member.KeySpace().Snapshot()
+	if rec, ok := snap.Restarts["wc-0"]; !ok || rec.MaxAttempts != 3 || !strings.Contains(rec.Error, "injected app failure 2") {
+		t.Fatalf("wc-0's restart record: %+v (present %v), want the last failure and max 3", rec, ok)
+	}
+	if _, ok := snap.Restarts["wc-1"]; ok {
+		t.Fatalf("wc-1 has no restart policy but got a restart record: %+v", snap.Restarts["wc-1"])
+	}
+	st := e.WaitState(n, manual.ID, 0, allocator.StateFailed)
+	if !strings.Contains(st.Error, "injected permanent failure") {
+		t.Fatalf("wc-1: %+v", st)
+	}
 }

@@ -70,6 +70,80 @@ type Spec struct {
 	// shard rebuilt from what the log has. 0 (the default): such a
 	// database fails the shard (recoverylog.ErrLogBehind).
 	LogResetTerm int64 `json:"log_reset_term,omitempty"`
+	// Restart, when set, has the allocator leader restart a FAILED replica
+	// by itself after a backoff (allocator.RestartPolicy). Absent (the
+	// default): a FAILED replica stays FAILED until a person runs
+	// 'consumerd shards unassign --failed'.
+	Restart *RestartSpec `json:"restart,omitempty"`
+}
+
+// RestartSpec is a shard's restart policy as written in its spec.
+type RestartSpec struct {
+	// MaxAttempts is the most automatic restarts in a row (at least 1).
+	MaxAttempts int `json:"max_attempts"`
+	// InitialBackoff is the wait before the first restart (0:
+	// DefaultRestartInitialBackoff); each next wait doubles.
+	InitialBackoff Duration `json:"initial_backoff"`
+	// MaxBackoff caps the wait (0: DefaultRestartMaxBackoff).
+	MaxBackoff Duration `json:"max_backoff"`
+}
+
+// Defaults of a RestartSpec.
+const (
+	DefaultRestartInitialBackoff = time.Second
+	DefaultRestartMaxBackoff     = 5 * time.Minute
+)
+
+// restartFields are the JSON field names of RestartSpec.
+var restartFields = map[string]bool{"max_attempts": true, "initial_backoff": true, "max_backoff": true}
+
+// policy is the RestartSpec with its defaults applied.
+func (r *RestartSpec) policy() allocator.RestartPolicy {
+	p := allocator.RestartPolicy{MaxAttempts: r.MaxAttempts, InitialBackoff: time.Duration(r.InitialBackoff), MaxBackoff: time.Duration(r.MaxBackoff)}
+	if p.InitialBackoff == 0 {
+		p.InitialBackoff = DefaultRestartInitialBackoff
+	}
+	if p.MaxBackoff == 0 {
+		p.MaxBackoff = max(DefaultRestartMaxBackoff, p.InitialBackoff)
+	}
+	return p
+}
+
+// RestartPolicy makes *Spec an allocator.Restartable: the spec's restart
+// policy, or false when it has none.
+func (s *Spec) RestartPolicy() (allocator.RestartPolicy, bool) {
+	if s.Restart == nil {
+		return allocator.RestartPolicy{}, false
+	}
+	return s.Restart.policy(), true
+}
+
+// UnmarshalJSON decodes a restart policy, naming the field of a bad
+// duration.
+func (r *RestartSpec) UnmarshalJSON(b []byte) error {
+	type plain RestartSpec
+	aux := struct {
+		*plain
+		Initial json.RawMessage `json:"initial_backoff"`
+		Max     json.RawMessage `json:"max_backoff"`
+	}{plain: (*plain)(r)}
+	if err := json.Unmarshal(b, &aux); err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+		dst  *Duration
+	}{{"restart.initial_backoff", aux.Initial, &r.InitialBackoff}, {"restart.max_backoff", aux.Max, &r.MaxBackoff}} {
+		*f.dst = 0
+		if len(f.raw) == 0 || string(f.raw) == "null" {
+			continue
+		}
+		if err := f.dst.UnmarshalJSON(f.raw); err != nil {
+			return fmt.Errorf("%s: %w", f.name, err)
+		}
+	}
+	return nil
 }
 
 // Source is one topic partition a shard consumes.
@@ -139,6 +213,18 @@ func (s *Spec) Validate() error {
 	if s.LogResetTerm < 0 {
 		return bad("log_reset_term", "must not be negative, got %d", s.LogResetTerm)
 	}
+	if r := s.Restart; r != nil {
+		switch {
+		case r.MaxAttempts < 1:
+			return bad("restart.max_attempts", "must be at least 1, got %d (leave restart out for manual restarts only)", r.MaxAttempts)
+		case r.InitialBackoff < 0:
+			return bad("restart.initial_backoff", "must not be negative, got %s", r.InitialBackoff)
+		case r.MaxBackoff < 0:
+			return bad("restart.max_backoff", "must not be negative, got %s", r.MaxBackoff)
+		case r.MaxBackoff > 0 && time.Duration(r.MaxBackoff) < r.policy().InitialBackoff:
+			return bad("restart.max_backoff", "%s is below initial_backoff %s", r.MaxBackoff, Duration(r.policy().InitialBackoff))
+		}
+	}
 	return nil
 }
 
@@ -184,7 +270,7 @@ var specFields = map[string]bool{
 	"id": true, "app": true, "sources": true, "hot_standbys": true,
 	"min_txn_duration": true, "max_txn_duration": true, "disable": true,
 	"labels": true, "snapshot_interval_bytes": true, "snapshots_kept": true,
-	"log_reset_term": true,
+	"log_reset_term": true, "restart": true,
 }
 
 // UnmarshalJSON decodes a spec, naming the field of a bad duration. Unknown
@@ -235,6 +321,17 @@ func ParseSpec(raw []byte) (*Spec, error) {
 	for _, k := range names {
 		if !specFields[k] {
 			return nil, fmt.Errorf("shard spec: unknown field %q", k)
+		}
+	}
+	if raw, ok := fields["restart"]; ok && string(raw) != "null" {
+		var sub map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &sub); err != nil {
+			return nil, fmt.Errorf("shard spec: restart: %w", err)
+		}
+		for k := range sub {
+			if !restartFields[k] {
+				return nil, fmt.Errorf("shard spec: unknown field %q in restart (max_attempts, initial_backoff, max_backoff)", k)
+			}
 		}
 	}
 	var s Spec
