@@ -185,7 +185,7 @@ func TestAdvertiseURL(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := advertiseURL(tc.flag, addr, host); got != tc.want {
+		if got := advertiseURL(tc.flag, "http", addr, host); got != tc.want {
 			t.Errorf("advertiseURL(%q, %s) = %q, want %q", tc.flag, tc.addr, got, tc.want)
 		}
 	}
@@ -423,5 +423,29 @@ func TestJSONLogDurations(t *testing.T) {
 	}
 	if line["took"] != "2s" || line["since"] != "1.5s" || line["n"] != float64(3) {
 		t.Fatalf("JSON log line %s: want took \"2s\", since \"1.5s\", n 3", b.String())
+	}
+}
+
+// TestShardRowsRestarts: a shard's restart record shows in -o json and as a
+// RESTARTS line after the table: a pending restart with its time while its
+// failure is there, a given-up one with what to run.
+func TestShardRowsRestarts(t *testing.T) {
+	snap := testSnapshot()
+	snap.Assignments[2].ModRevision = 42 // wc-1's FAILED standby
+	at := time.Date(2026, 12, 2, 3, 4, 5, 0, time.UTC)
+	snap.Restarts = map[string]allocator.RestartRecord{
+		"wc-1": {Attempts: 1, MaxAttempts: 3, Failure: 42, Error: "boom", NotBefore: at, LastRestart: at.Add(-time.Minute)},
+		"wc-0": {Attempts: 3, MaxAttempts: 3, Failure: 7, Exhausted: true},
+	}
+	rows := shardRows(snap)
+	if r := rows[1].Restarts; r == nil || r.NextAt != "2026-12-02T03:04:05Z" || r.Attempts != 1 || r.MaxAttempts != 3 || r.LastError != "boom" {
+		t.Fatalf("wc-1 restarts: %+v", r)
+	}
+	var errs bytes.Buffer
+	writeReplicaErrors(&errs, rows)
+	want := "RESTARTS wc-0: 3 of 3 automatic restarts; given up: 'consumerd shards unassign --failed' restarts it and the count\n" +
+		"FAILED wc-1 on b/m2 slot 1: boom\nRESTARTS wc-1: 1 of 3 automatic restarts; next at 2026-12-02T03:04:05Z\n"
+	if errs.String() != want {
+		t.Fatalf("lines after the table:\n%s\nwant:\n%s", errs.String(), want)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"text/tabwriter"
+	"time"
 	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
@@ -41,6 +42,23 @@ type ShardRow struct {
 	// offset the primary has consumed to. A channel is missing when it could
 	// not be measured (no primary, primary or WAL unreachable).
 	Lag map[string]int64 `json:"lag"`
+	// Restarts is the leader's automatic restarts of the shard's FAILED
+	// replicas (a spec with a restart policy), absent when there were none.
+	Restarts *RestartRow `json:"restarts,omitempty"`
+}
+
+// RestartRow is a shard's restart record (allocator.RestartRecord).
+type RestartRow struct {
+	Attempts    int `json:"attempts"`
+	MaxAttempts int `json:"max_attempts"`
+	// NextAt is when the leader restarts the FAILED replica (RFC 3339),
+	// empty when none is pending.
+	NextAt string `json:"next_at,omitempty"`
+	// Exhausted: the attempts are used up; the replica stays FAILED until
+	// 'consumerd shards unassign --failed'.
+	Exhausted   bool   `json:"exhausted,omitempty"`
+	LastError   string `json:"last_error,omitempty"`
+	LastRestart string `json:"last_restart,omitempty"`
 }
 
 // ReplicaRow is one replica of a ShardRow.
@@ -93,6 +111,9 @@ func shardRows(snap allocator.Snapshot) []ShardRow {
 		if e, ok := snap.InvalidItems[id]; ok {
 			row.Status, row.Error = StatusInvalid, e
 		}
+		if rec, ok := snap.Restarts[id]; ok {
+			row.Restarts = restartRow(rec, byItem[id])
+		}
 		as := byItem[id]
 		sort.Slice(as, func(i, j int) bool { return as[i].Slot < as[j].Slot })
 		for _, a := range as {
@@ -107,6 +128,21 @@ func shardRows(snap allocator.Snapshot) []ShardRow {
 		rows = append(rows, row)
 	}
 	return rows
+}
+
+// restartRow shows rec; a pending restart only while its failure is still
+// there (as, the shard's assignments).
+func restartRow(rec allocator.RestartRecord, as []allocator.Assignment) *RestartRow {
+	r := &RestartRow{Attempts: rec.Attempts, MaxAttempts: rec.MaxAttempts, Exhausted: rec.Exhausted, LastError: rec.Error}
+	if !rec.LastRestart.IsZero() {
+		r.LastRestart = rec.LastRestart.UTC().Format(time.RFC3339)
+	}
+	for _, a := range as {
+		if a.ModRevision == rec.Failure && a.Status.State == allocator.StateFailed && !rec.Exhausted && !rec.NotBefore.IsZero() {
+			r.NextAt = rec.NotBefore.UTC().Format(time.RFC3339Nano)
+		}
+	}
+	return r
 }
 
 // memberRows builds the rows of `members list` from a snapshot (pure).
@@ -302,7 +338,23 @@ func writeReplicaErrors(w io.Writer, rows []ShardRow) {
 			}
 			fmt.Fprintf(w, "FAILED %s on %s/%s slot %d: %s\n", r.ID, rep.Zone, rep.Member, rep.Slot, e)
 		}
+		if rs := r.Restarts; rs != nil {
+			fmt.Fprintf(w, "RESTARTS %s: %d of %d automatic restarts%s\n", r.ID, rs.Attempts, rs.MaxAttempts, restartNote(rs))
+		}
 	}
+}
+
+// restartNote is what comes after a RESTARTS line's count.
+func restartNote(rs *RestartRow) string {
+	switch {
+	case rs.Exhausted:
+		return "; given up: 'consumerd shards unassign --failed' restarts it and the count"
+	case rs.NextAt != "":
+		return "; next at " + rs.NextAt
+	case rs.LastRestart != "":
+		return "; last at " + rs.LastRestart
+	}
+	return ""
 }
 
 func writeMemberTable(w io.Writer, rows []MemberRow) error {
@@ -363,8 +415,12 @@ STATUS is the primary's state, or what the shard lacks:
 					opener = op
 					defer op.Close()
 				}
+				hc, err := cf.httpClient(cf.dialTimeout)
+				if err != nil {
+					return err
+				}
 				lctx, cancel := context.WithTimeout(ctx, cf.dialTimeout)
-				fillLag(lctx, snap, rows, opener, &http.Client{Timeout: cf.dialTimeout}, cmd.ErrOrStderr())
+				fillLag(lctx, snap, rows, opener, hc, cmd.ErrOrStderr())
 				cancel()
 			}
 			// Partitions no shard reads (a deleted shard, a hand-written

@@ -378,6 +378,17 @@ again (a FAILED replica restarts, from its recovery log, possibly elsewhere).
 					fmt.Fprintf(cmd.OutOrStdout(), "unassigned %s slot %d from %s/%s (%s)\n", a.Item, a.Slot, a.Zone, a.Member, state)
 				}
 			}
+			// A person restarted the FAILED replicas: an automatic restart
+			// policy counts its attempts from zero again.
+			reset := map[string]bool{}
+			for _, a := range targets {
+				if _, ok := snap.Restarts[a.Item]; ok && a.Status.State == allocator.StateFailed && !reset[a.Item] {
+					reset[a.Item] = true
+					if _, err := cli.Delete(ctx, allocator.RestartKey(cf.etcdPrefix, a.Item)); err != nil {
+						return fmt.Errorf("resetting %s's restart count (%s): %w", a.Item, allocator.RestartKey(cf.etcdPrefix, a.Item), err)
+					}
+				}
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%d assignments removed\n", n)
 			return nil
 		},
