@@ -5,18 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
-	"net/url"
+	"net/http"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/consumerd/consumerd/allocator"
+	"github.com/consumerd/consumerd/internal/natsconn"
 	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/wal"
 	"github.com/consumerd/consumerd/wal/walimpls/jetstream"
@@ -35,6 +33,11 @@ type clientFlags struct {
 	// cluster's (recordedReplicas), read by etcd().
 	walReplicas int
 	dialTimeout time.Duration
+	// TLS and authentication (tls.go) of etcd, NATS and the members' HTTP
+	// (used by the commands that call members: query, shards list; every
+	// command takes them, so one set of flags fits every command).
+	etcdSec, walSec connSecurity
+	http            httpTLS
 }
 
 func (c *clientFlags) bind(fs *pflag.FlagSet) {
@@ -43,6 +46,15 @@ func (c *clientFlags) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&c.walURL, "wal.url", "nats://127.0.0.1:4222", "NATS URL(s) of the JetStream WAL, comma separated")
 	fs.StringVar(&c.walNamespace, "wal.namespace", "", walNamespaceUsage)
 	fs.DurationVar(&c.dialTimeout, "dial-timeout", 5*time.Second, "how long to try reaching etcd, NATS and members before giving up")
+	c.etcdSec.bind(fs, "etcd")
+	c.walSec.bind(fs, "wal")
+	c.http.bind(fs, false)
+}
+
+// httpClient is the HTTP client of a command that calls members, each
+// request bounded by timeout.
+func (c *clientFlags) httpClient(timeout time.Duration) (*http.Client, error) {
+	return c.http.client(timeout)
 }
 
 func (c *clientFlags) validate() error {
@@ -58,22 +70,20 @@ func (c *clientFlags) validate() error {
 	if c.dialTimeout <= 0 {
 		return usagef("--dial-timeout: %s must be positive", c.dialTimeout)
 	}
+	for _, err := range []error{c.etcdSec.check(), c.walSec.check(), c.http.check()} {
+		if err != nil {
+			return usageError{err}
+		}
+	}
 	return nil
 }
 
-// etcd connects to etcd and checks that it answers (the client itself
-// connects lazily, so an unreachable cluster would otherwise surface later
-// as a hang). Endpoints that all refuse the connection fail at once: a
-// command-line user gets the answer without waiting out --dial-timeout
-// (serve, which may start before etcd does, waits instead).
+// etcd connects to etcd and checks that it answers (dialEtcd).
 func (c *clientFlags) etcd(ctx context.Context) (*clientv3.Client, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	if err := allRefuse(ctx, c.etcdEndpoints, c.dialTimeout); err != nil {
-		return nil, fmt.Errorf("cannot reach etcd at %s: %w (is etcd running there? see --etcd.endpoints)", strings.Join(c.etcdEndpoints, ","), err)
-	}
-	cli, err := dialEtcdTimeout(ctx, c.etcdEndpoints, c.dialTimeout)
+	cli, err := dialEtcd(ctx, c.etcdEndpoints, c.etcdPrefix, c.dialTimeout, c.etcdSec, true)
 	if err != nil {
 		return nil, err
 	}
@@ -125,60 +135,44 @@ func (c *clientFlags) snapshot(ctx context.Context) (*clientv3.Client, allocator
 	return cli, snap, nil
 }
 
-func dialEtcd(ctx context.Context, endpoints []string) (*clientv3.Client, error) {
-	return dialEtcdTimeout(ctx, endpoints, 10*time.Second)
-}
-
-func dialEtcdTimeout(ctx context.Context, endpoints []string, timeout time.Duration) (*clientv3.Client, error) {
+// dialEtcd connects to etcd with sec's TLS and credentials
+// (etcdClientConfig) and checks that it answers, by counting the key
+// <prefix>/ping (under the prefix, so a role confined to it may read it):
+// the client itself connects lazily, so an unreachable cluster would
+// otherwise surface later as a hang. probeEtcd first fails at once when no
+// endpoint can answer: a TLS handshake refused names why and the flag to
+// set, and endpoints that all refuse the connection fail only when
+// refusedIsFinal (a client command; serve, which may start before etcd
+// does, waits instead).
+func dialEtcd(ctx context.Context, endpoints []string, prefix string, timeout time.Duration, sec connSecurity, refusedIsFinal bool) (*clientv3.Client, error) {
 	where := strings.Join(endpoints, ",")
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   endpoints,
-		DialTimeout: timeout,
-		Logger:      zap.NewNop(),
-		Context:     ctx,
-	})
+	cfg, err := etcdClientConfig(ctx, endpoints, timeout, sec)
 	if err != nil {
+		return nil, err
+	}
+	if err := probeEtcd(ctx, endpoints, cfg.TLS, timeout, refusedIsFinal); err != nil {
+		if errors.As(err, new(refusedError)) {
+			return nil, fmt.Errorf("cannot reach etcd at %s: %w (is etcd running there? see --etcd.endpoints)", where, err)
+		}
 		return nil, fmt.Errorf("cannot reach etcd at %s: %w", where, err)
+	}
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("no answer within %s", timeout)
+		}
+		return nil, fmt.Errorf("cannot reach etcd at %s: %w", where, withHint(err, etcdHint(err, cfg.Username, prefix)))
 	}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if _, err := cli.Get(cctx, "\x00consumerd/ping", clientv3.WithCountOnly()); err != nil {
+	if _, err := cli.Get(cctx, prefix+"/ping", clientv3.WithCountOnly()); err != nil {
 		cli.Close()
 		if errors.Is(err, context.DeadlineExceeded) {
 			err = fmt.Errorf("no answer within %s", timeout)
 		}
-		return nil, fmt.Errorf("cannot reach etcd at %s: %w", where, err)
+		return nil, fmt.Errorf("cannot reach etcd at %s: %w", where, withHint(err, etcdHint(err, cfg.Username, prefix)))
 	}
 	return cli, nil
-}
-
-// allRefuse returns an error when every endpoint actively refuses a TCP
-// connection: nothing listens there, and the etcd client would retry until
-// its deadline, so say so at once. It returns nil when any endpoint accepts,
-// does not answer in time (a slow network keeps the client's full timeout),
-// or is not a host:port (the client reports that).
-func allRefuse(ctx context.Context, endpoints []string, timeout time.Duration) error {
-	var refused []string
-	for _, ep := range endpoints {
-		hostport := ep
-		if u, err := url.Parse(ep); err == nil && u.Host != "" {
-			hostport = u.Host
-		}
-		if _, _, err := net.SplitHostPort(hostport); err != nil {
-			return nil
-		}
-		d := net.Dialer{Timeout: timeout}
-		conn, err := d.DialContext(ctx, "tcp", hostport)
-		if err == nil {
-			_ = conn.Close()
-			return nil
-		}
-		if !errors.Is(err, syscall.ECONNREFUSED) {
-			return nil
-		}
-		refused = append(refused, hostport)
-	}
-	return fmt.Errorf("connection refused by %s", strings.Join(refused, ", "))
 }
 
 // namespace is the cluster's WAL namespace (--wal.namespace, or derived
@@ -193,19 +187,24 @@ func (c *clientFlags) openWAL(log hclog.Logger) (wal.Opener, error) {
 	if err != nil {
 		return nil, usageError{err}
 	}
-	return openWAL(c.walURL, ns, max(c.walReplicas, 1), c.dialTimeout, log)
+	sec, err := c.walSec.natsSecurity()
+	if err != nil {
+		return nil, err
+	}
+	return openWAL(c.walURL, ns, max(c.walReplicas, 1), c.dialTimeout, sec, log)
 }
 
 // openWAL connects to the NATS JetStream WAL at url, in namespace (never
-// empty: the daemon always says which cluster it is).
-func openWAL(url, namespace string, replicas int, connectTimeout time.Duration, log hclog.Logger) (wal.Opener, error) {
+// empty: the daemon always says which cluster it is), with sec's TLS and
+// credentials.
+func openWAL(url, namespace string, replicas int, connectTimeout time.Duration, sec natsconn.Security, log hclog.Logger) (wal.Opener, error) {
 	if namespace == "" {
 		return nil, errors.New("opening the WAL: no namespace given")
 	}
-	b := jetstream.NewBuilder(jetstream.Config{URL: url, Namespace: namespace, Replicas: replicas, ConnectTimeout: connectTimeout, Logger: log})
+	b := jetstream.NewBuilder(jetstream.Config{URL: url, Namespace: namespace, Replicas: replicas, ConnectTimeout: connectTimeout, Security: sec, Logger: log})
 	op, err := wal.NewOpenerBuilder(b, wal.WithLogger(log)).Build()
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach NATS JetStream at %s: %w", url, err)
+		return nil, fmt.Errorf("cannot reach NATS JetStream at %s: %w", url, withHint(err, natsHint(err)))
 	}
 	return op, nil
 }

@@ -43,6 +43,13 @@ type serveConfig struct {
 
 	ShutdownTimeout time.Duration
 
+	// TLS and authentication (tls.go): of the etcd client, of every NATS
+	// connection, and of the member's HTTP server and of its calls to
+	// other members.
+	Etcd connSecurity
+	WAL  connSecurity
+	HTTP httpTLS
+
 	// Embedded servers (used only when EtcdEndpoints / WALURL are empty).
 	EmbeddedEtcdClientURL string
 	EmbeddedEtcdPeerURL   string
@@ -81,13 +88,16 @@ func (c *serveConfig) bindFlags(fs *pflag.FlagSet, defaultApps []string) {
 	fs.IntVar(&c.Limit, "member.limit", 1024, "most shard replicas this member holds")
 	fs.StringVar(&c.DataDir, "data-dir", "./consumerd-data", "directory for shard databases (and the embedded servers' data)")
 	fs.StringVar(&c.HTTPAddr, "http.addr", "127.0.0.1:8080", "HTTP listen address: /metrics /livez /readyz /v1/status /v1/query; also the member's advertised endpoint")
-	fs.StringVar(&c.HTTPAdvertise, "http.advertise", "", "URL other members and the CLI use to reach this member (default: http://<http.addr>, a wildcard host replaced by the host name)")
+	fs.StringVar(&c.HTTPAdvertise, "http.advertise", "", "URL other members and the CLI use to reach this member (default: http://<http.addr>, https:// with --http.cert, a wildcard host replaced by the host name)")
 	fs.StringSliceVar(&c.Apps, "app", defaultApps, "applications whose topics and shards serve creates on the embedded default, comma separated (a member runs the shards of every application the binary knows)")
 	fs.StringVar(&c.SnapshotStore, "snapshot.store", "jetstream", "where shard snapshots go: 'jetstream' (object store on the WAL's NATS), 'dir' (--snapshot.dir, e.g. a shared filesystem) or 'none' (no snapshots; the recovery logs are never truncated)")
 	fs.StringVar(&c.SnapshotDir, "snapshot.dir", "", "directory of the snapshot store when --snapshot.store=dir")
 	fs.StringVar(&c.LogLevel, "log.level", "info", "log level: trace, debug, info, warn, error")
 	fs.StringVar(&c.LogFormat, "log.format", "text", "log format: text or json")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 60*time.Second, "on SIGTERM/SIGINT, how long to wait for the shards to move elsewhere before exiting anyway (non-zero exit)")
+	c.Etcd.bind(fs, "etcd")
+	c.WAL.bind(fs, "wal")
+	c.HTTP.bind(fs, true)
 	fs.StringVar(&c.EmbeddedEtcdClientURL, "embedded.etcd-client-url", "http://127.0.0.1:2379", "client URL of the embedded etcd")
 	fs.StringVar(&c.EmbeddedEtcdPeerURL, "embedded.etcd-peer-url", "http://127.0.0.1:2380", "peer URL of the embedded etcd")
 	fs.StringVar(&c.EmbeddedNATSAddr, "embedded.nats-addr", "127.0.0.1:4222", "listen address of the embedded nats-server")
@@ -162,7 +172,24 @@ func (c *serveConfig) Validate() error {
 	if c.HTTPAdvertise != "" {
 		if u, err := url.Parse(c.HTTPAdvertise); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 			bad("http.advertise", "%q is not a URL like http://host:8080", c.HTTPAdvertise)
+		} else if u.Scheme == "http" && c.HTTP.Cert != "" {
+			bad("http.advertise", "%q is http://, but --http.cert serves TLS: write https://", c.HTTPAdvertise)
 		}
+	}
+	for _, err := range []error{c.Etcd.check(), c.WAL.check(), c.HTTP.check()} {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	// The embedded servers are the loopback development default: they
+	// listen without TLS or authentication, so flags that secure the
+	// connection to them would protect nothing. Refuse them rather than
+	// let them look as if they did.
+	if c.EmbeddedEtcd() && c.Etcd.given() {
+		bad("etcd.endpoints", "%s apply to an external etcd: give --etcd.endpoints (the embedded etcd listens on loopback without TLS or authentication)", c.Etcd.givenFlags())
+	}
+	if c.EmbeddedWAL() && c.WAL.given() {
+		bad("wal.url", "%s apply to an external NATS server: give --wal.url (the embedded nats-server listens on loopback without TLS or authentication)", c.WAL.givenFlags())
 	}
 	if len(c.Apps) == 0 {
 		bad("app", "must name at least one application")
@@ -221,21 +248,22 @@ func walNamespace(explicit, etcdPrefix string) (string, error) {
 	return ns, nil
 }
 
-// advertiseURL is the endpoint announced for a listener bound at addr.
-func advertiseURL(flag string, addr net.Addr, hostname func() (string, error)) string {
+// advertiseURL is the endpoint announced for a listener bound at addr,
+// serving scheme (http, or https with --http.cert).
+func advertiseURL(flag, scheme string, addr net.Addr, hostname func() (string, error)) string {
 	if flag != "" {
 		return strings.TrimSuffix(flag, "/")
 	}
 	host, port, err := net.SplitHostPort(addr.String())
 	if err != nil {
-		return "http://" + addr.String()
+		return scheme + "://" + addr.String()
 	}
 	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
 		if h, err := hostname(); err == nil && h != "" {
 			host = h
 		}
 	}
-	return "http://" + net.JoinHostPort(host, port)
+	return scheme + "://" + net.JoinHostPort(host, port)
 }
 
 // newLogger builds the process logger from --log.level and --log.format.

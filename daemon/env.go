@@ -18,6 +18,20 @@ func envName(flag string) string {
 	return envPrefix + strings.ToUpper(r.Replace(flag))
 }
 
+// envOnlyAnnotation marks a setting that has an environment variable but
+// no command-line flag: a secret (a command line is visible to every user
+// of the host). It is registered as a hidden flag, so applyEnv sets it like
+// any other, and refused on the command line.
+const envOnlyAnnotation = "consumerd-env-only"
+
+// bindEnvOnly registers the env-only setting name (its variable is
+// envName(name)) on fs.
+func bindEnvOnly(fs *pflag.FlagSet, p *string, name, usage string) {
+	fs.StringVar(p, name, "", usage)
+	_ = fs.SetAnnotation(name, envOnlyAnnotation, []string{"true"})
+	_ = fs.MarkHidden(name)
+}
+
 // annotateEnv appends the env mirror's name to each flag's usage text, so
 // `--help` shows it.
 func annotateEnv(fs *pflag.FlagSet) {
@@ -36,7 +50,14 @@ func annotateEnv(fs *pflag.FlagSet) {
 func applyEnv(cmd *cobra.Command, lookup func(string) (string, bool)) error {
 	var firstErr error
 	visit := func(f *pflag.Flag) {
-		if firstErr != nil || f.Changed || f.Name == "help" {
+		if firstErr != nil || f.Name == "help" {
+			return
+		}
+		if _, envOnly := f.Annotations[envOnlyAnnotation]; envOnly && f.Changed {
+			firstErr = fmt.Errorf("--%s is not a command-line flag (a command line is visible to every user of the host): set $%s instead", f.Name, envName(f.Name))
+			return
+		}
+		if f.Changed {
 			return
 		}
 		name := envName(f.Name)

@@ -12,6 +12,7 @@ import (
 	"github.com/consumerd/consumerd/examples/wordcount"
 	"github.com/consumerd/consumerd/internal/etcdtest"
 	"github.com/consumerd/consumerd/internal/freeport"
+	"github.com/consumerd/consumerd/internal/natsconn"
 	"github.com/consumerd/consumerd/internal/natstest"
 	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/topic"
@@ -59,7 +60,7 @@ func TestClientsFollowTheRecordedNamespace(t *testing.T) {
 	c.ok("", "topics", "create", "--name", "t", "--partitions", "1")
 	c.ok("x\n", "publish", "--topic", "t")
 	for ns, want := range map[string]message.MessageID{"blue": 1, "consumerd": 0} {
-		op, err := openWAL(c.nats, ns, 1, 5*time.Second, hclog.NewNullLogger())
+		op, err := openWAL(c.nats, ns, 1, 5*time.Second, natsconn.Security{}, hclog.NewNullLogger())
 		if err != nil {
 			t.Fatal(err)
 		}

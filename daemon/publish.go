@@ -177,7 +177,11 @@ func (p *publishRun) run(ctx context.Context, cmd *cobra.Command) error {
 	if err != nil {
 		return usageError{err}
 	}
-	opener, err := openWAL(p.cf.walURL, ns, max(p.cf.walReplicas, 1), min(p.cf.dialTimeout, time.Until(deadlineOf(ctx))), hclog.NewNullLogger())
+	sec, err := p.cf.walSec.natsSecurity()
+	if err != nil {
+		return err
+	}
+	opener, err := openWAL(p.cf.walURL, ns, max(p.cf.walReplicas, 1), min(p.cf.dialTimeout, time.Until(deadlineOf(ctx))), sec, hclog.NewNullLogger())
 	if err != nil {
 		return p.timedOut(ctx, err)
 	}

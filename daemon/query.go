@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"net/http"
 	"sort"
 	"time"
 
@@ -66,9 +65,12 @@ from the shards that are valid.`,
 				return err
 			}
 			defer cli.Close()
+			hc, err := cf.httpClient(4 * cf.dialTimeout)
+			if err != nil {
+				return err
+			}
 			// A shard may be between primaries (failover, handoff): retry
 			// with a fresh view of the keyspace until --dial-timeout passed.
-			hc := &http.Client{Timeout: 4 * cf.dialTimeout}
 			deadline := time.Now().Add(cf.dialTimeout)
 			var vals map[string]string
 			var route queryRoute

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/consumerd/consumerd/internal/natsconn"
 	"github.com/consumerd/consumerd/recoverylog"
 	"github.com/consumerd/consumerd/wal"
 )
@@ -33,7 +34,7 @@ func TestShardsResetAfterLostLog(t *testing.T) {
 	counted("every line counted")
 	stop()
 
-	op, err := openWAL(c.nats, "consumerd", 1, 5*time.Second, hclog.NewNullLogger())
+	op, err := openWAL(c.nats, "consumerd", 1, 5*time.Second, natsconn.Security{}, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/consumerd/consumerd/allocator"
 	"github.com/consumerd/consumerd/internal/ident"
+	"github.com/consumerd/consumerd/internal/natsconn"
 	"github.com/consumerd/consumerd/internal/retry"
 	"github.com/consumerd/consumerd/recoverylog/snapshot"
 	"github.com/consumerd/consumerd/shard"
@@ -21,7 +22,7 @@ import (
 // openSnapshotStore opens the snapshot store: a directory store when dir is
 // set, else the JetStream object store on the WAL's NATS (the bucket of the
 // cluster's WAL namespace). close releases it.
-func openSnapshotStore(ctx context.Context, dir, walURL, namespace string, replicas int, wait time.Duration, log hclog.Logger) (st snapshot.Store, closeFn func(), err error) {
+func openSnapshotStore(ctx context.Context, dir, walURL, namespace string, replicas int, wait time.Duration, sec natsconn.Security, log hclog.Logger) (st snapshot.Store, closeFn func(), err error) {
 	if dir != "" {
 		ds, err := snapshot.NewDirStore(dir)
 		if err != nil {
@@ -48,14 +49,14 @@ func openSnapshotStore(ctx context.Context, dir, walURL, namespace string, repli
 		tctx, cancel := context.WithTimeout(wctx, 10*time.Second)
 		defer cancel()
 		var derr error
-		js, derr = snapshot.DialJetStreamStore(tctx, walURL, snapshot.JetStreamConfig{Bucket: snapshot.BucketName(namespace), Replicas: replicas})
+		js, derr = snapshot.DialJetStreamStore(tctx, walURL, snapshot.JetStreamConfig{Bucket: snapshot.BucketName(namespace), Replicas: replicas, Security: sec})
 		if derr != nil && wctx.Err() == nil {
 			return errors.New(derr.Error()) // this try's own deadline: retry
 		}
 		return derr
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("snapshot store: %w", err)
+		return nil, nil, fmt.Errorf("snapshot store: %w", withHint(err, natsHint(err)))
 	}
 	return js, js.Close, nil
 }
@@ -111,7 +112,11 @@ Snapshots are read from the JetStream object store on --wal.url, or from
 			if err != nil {
 				return usageError{err}
 			}
-			st, closeStore, err := openSnapshotStore(ctx, snapDir, cf.walURL, ns, 1, 0, hclog.NewNullLogger())
+			sec, err := cf.walSec.natsSecurity()
+			if err != nil {
+				return err
+			}
+			st, closeStore, err := openSnapshotStore(ctx, snapDir, cf.walURL, ns, 1, 0, sec, hclog.NewNullLogger())
 			if err != nil {
 				return err
 			}

@@ -16,6 +16,7 @@ import (
 	"github.com/consumerd/consumerd/internal/embednats"
 	"github.com/consumerd/consumerd/internal/etcdtest"
 	"github.com/consumerd/consumerd/internal/freeport"
+	"github.com/consumerd/consumerd/internal/natsconn"
 	"github.com/consumerd/consumerd/internal/natstest"
 	"github.com/consumerd/consumerd/internal/rockstest"
 	"github.com/consumerd/consumerd/recoverylog"
@@ -41,7 +42,7 @@ func TestShardsRecover(t *testing.T) {
 		t.Fatalf("namespace of %s: %q, %v", prefix, ns, err)
 	}
 
-	opener, err := openWAL(url, ns, 1, 0, hclog.NewNullLogger())
+	opener, err := openWAL(url, ns, 1, 0, natsconn.Security{}, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +100,7 @@ func TestShardsRecover(t *testing.T) {
 		}
 	}
 
-	st, closeStore, err := openSnapshotStore(ctx, "", url, ns, 1, 0, hclog.NewNullLogger())
+	st, closeStore, err := openSnapshotStore(ctx, "", url, ns, 1, 0, natsconn.Security{}, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +178,7 @@ func TestShardsRecoverUsage(t *testing.T) {
 func TestSnapshotStoreWaitsForNATS(t *testing.T) {
 	port := freeport.Port(t)
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
-	if _, _, err := openSnapshotStore(t.Context(), "", url, "consumerd", 1, 0, hclog.NewNullLogger()); err == nil || !strings.Contains(err.Error(), "snapshot store") {
+	if _, _, err := openSnapshotStore(t.Context(), "", url, "consumerd", 1, 0, natsconn.Security{}, hclog.NewNullLogger()); err == nil || !strings.Contains(err.Error(), "snapshot store") {
 		t.Fatalf("one try without NATS: %v, want an error naming the snapshot store", err)
 	}
 	started := make(chan *embednats.Server, 1)
@@ -189,7 +190,7 @@ func TestSnapshotStoreWaitsForNATS(t *testing.T) {
 		}
 		started <- s
 	}()
-	st, closeStore, err := openSnapshotStore(t.Context(), "", url, "consumerd", 1, time.Minute, hclog.NewNullLogger())
+	st, closeStore, err := openSnapshotStore(t.Context(), "", url, "consumerd", 1, time.Minute, natsconn.Security{}, hclog.NewNullLogger())
 	s := <-started
 	if s != nil {
 		defer s.Shutdown()

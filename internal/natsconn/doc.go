@@ -1,6 +1,7 @@
 // Package natsconn is how consumerd connects to NATS: one set of connection
 // options for every connection a member or a client command makes (the WAL's
-// and the snapshot store's), so they fail over alike.
+// and the snapshot store's), so they fail over alike and present the same
+// TLS configuration and credentials (Security).
 //
 // The options that matter under faults:
 //   - reconnect forever, 250 ms apart: a member outlives any NATS outage;

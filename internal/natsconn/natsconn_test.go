@@ -24,7 +24,7 @@ func TestLeavesASilentServer(t *testing.T) {
 	a, b := natstest.Start(t), natstest.Start(t)
 	hole := blackhole.New(t, a[len("nats://"):])
 	moved := make(chan string, 1)
-	nc, err := nats.Connect("nats://"+hole.Addr()+","+b, natsconn.Options("test", 0,
+	nc, err := nats.Connect("nats://"+hole.Addr()+","+b, natsconn.Options("test", 0, natsconn.Security{},
 		nats.DontRandomize(),
 		nats.ReconnectHandler(func(c *nats.Conn) { moved <- c.ConnectedUrl() }))...)
 	if err != nil {

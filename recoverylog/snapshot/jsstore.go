@@ -21,6 +21,9 @@ type JetStreamConfig struct {
 	Bucket string
 	// Replicas is the bucket's replication on a NATS cluster (0 or 1: one copy).
 	Replicas int
+	// Security is the TLS configuration and credentials of the connection
+	// DialJetStreamStore makes (the zero value: plain, no credentials).
+	Security natsconn.Security
 }
 
 // BucketName is the snapshot bucket of a cluster's WAL namespace (see
@@ -72,7 +75,7 @@ func NewJetStreamStore(ctx context.Context, js jetstream.JetStream, cfg JetStrea
 // DialJetStreamStore connects to the NATS server at url and binds the
 // bucket; Close closes the connection.
 func DialJetStreamStore(ctx context.Context, url string, cfg JetStreamConfig) (*JetStreamStore, error) {
-	nc, err := nats.Connect(url, natsconn.Options("consumerd-snapshots", 0)...)
+	nc, err := nats.Connect(url, natsconn.Options("consumerd-snapshots", 0, cfg.Security)...)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: connect to NATS at %s: %w", url, err)
 	}

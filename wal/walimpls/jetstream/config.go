@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/consumerd/consumerd/internal/natsconn"
 )
 
 // Config configures the JetStream backend.
@@ -46,6 +48,9 @@ type Config struct {
 	// ClientName names the connection on the server (monitoring). Default
 	// "consumerd".
 	ClientName string
+	// Security is the connection's TLS configuration and credentials (the
+	// zero value: plain, no credentials).
+	Security natsconn.Security
 	// Logger receives connection events (named "jetstream"); nil discards.
 	Logger hclog.Logger
 }
