@@ -16,9 +16,6 @@ import (
 	"github.com/consumerd/consumerd/shard"
 )
 
-// version is reported in the member spec and by `consumerd --version`.
-const version = "0.1.0-dev"
-
 // Options configure a command tree. The zero value of every field but Apps
 // means "the process's own": os.Stdin, os.Stdout, os.Stderr, os.LookupEnv,
 // and SIGINT/SIGTERM delivered by signal.Notify.
@@ -193,7 +190,7 @@ partitions exactly once.
 Every flag can also be set from the environment: CONSUMERD_ + the flag name
 upper-cased with '.' and '-' as '_' (--etcd.lease-ttl is CONSUMERD_ETCD_LEASE_TTL).
 A flag given on the command line wins over its environment variable.`,
-		Version:       version,
+		Version:       build.String(), // version.go
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {

@@ -59,7 +59,14 @@ type walMetrics struct {
 	duration                prometheus.Observer
 }
 
+// newWALMetrics looks up backend's children, and creates its
+// consumerd_wal_append_errors_total series of every reason at 0: a counter
+// series that first appears at 1 is invisible to increase() and rate(), so
+// a backend's first error would not show on a dashboard or in an alert.
 func newWALMetrics(backend string) walMetrics {
+	for _, reason := range appendErrorReasons {
+		appendErrorsTotal.WithLabelValues(backend, reason)
+	}
 	return walMetrics{
 		appends:  appendsTotal.WithLabelValues(backend),
 		bytes:    appendBytesTotal.WithLabelValues(backend),
@@ -155,7 +162,10 @@ func (w *walAdaptor) do(ctx context.Context, op string, fn func() error) error {
 	return err
 }
 
-// errorReason labels an append error for metrics.
+// appendErrorReasons are the values errorReason returns.
+var appendErrorReasons = []string{"fenced", "closed", "context", "truncated", "other"}
+
+// errorReason labels an append error for metrics: one of appendErrorReasons.
 func errorReason(err error) string {
 	switch {
 	case errors.Is(err, ErrFenced):

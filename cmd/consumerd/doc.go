@@ -14,5 +14,8 @@
 // (two clusters under different etcd prefixes on one etcd and one NATS, each
 // in its own WAL namespace), TestServeEmbedded
 // (the embedded default, HTTP endpoints, promtool check metrics),
-// TestServeShutdownBounds, TestCLIErrors, and BenchmarkFailover.
+// TestServeShutdownBounds, TestCLIErrors, TestDeployMetricsServed (a live
+// member serves every metric the deploy/ dashboard and alert rules name)
+// with the checks of the deploy/ files themselves (deploy_test.go), and
+// BenchmarkFailover.
 package main
