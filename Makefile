@@ -4,7 +4,7 @@ SHELL        := /bin/bash
 GO        ?= go
 PKGS      ?= ./...
 DATA_DIR  ?= ./consumerd-data
-APT_PKGS  := librocksdb-dev etcd-server etcd-client nats-server prometheus
+APT_PKGS  := librocksdb-dev etcd-server etcd-client nats-server prometheus chromium
 # TESTFLAGS: -race catches data races; the timeout bounds a hung test well under CI's limit.
 TESTFLAGS ?= -race -count=1 -timeout 25m
 
@@ -21,8 +21,10 @@ deps:
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	else echo "deps: all present"; fi
 
+# -buildvcs=auto stamps the commit into the binary (consumerd --version) where git can
+# read the checkout, whatever GOFLAGS says, and builds without it elsewhere.
 build:
-	$(GO) build -o bin/consumerd ./cmd/consumerd
+	$(GO) build -buildvcs=auto -o bin/consumerd ./cmd/consumerd
 
 test:
 	$(GO) test $(TESTFLAGS) $(PKGS)

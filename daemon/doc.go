@@ -11,7 +11,8 @@
 // and the NATS JetStream WAL, joins the cluster as an allocator.Member whose
 // items are shard.Specs (DecodeItem: shard.DecodeSpec, endpoint: the HTTP
 // address), runs a shard.Service that follows the member's assignments, and
-// serves HTTP: /metrics, /livez, /readyz, /v1/status and /v1/query. When the
+// serves HTTP: the status pages (/ and /shards/<id>), /metrics, /livez,
+// /readyz, /v1/status and /v1/query. When the
 // member's lease is lost (e.g. the process was frozen past its TTL) the
 // session is torn down — every replica stops — and the member joins again
 // under a new lease. SIGTERM/SIGINT marks the member exiting; the leader
@@ -23,7 +24,10 @@
 // slot-0 replica is PRIMARY; /v1/query forwards a shard query once to the
 // shard's primary (header Consumerd-Forwarded prevents loops). /metrics is
 // the default Prometheus registry without etcd's own server metrics (served
-// at /metrics/etcd), as those break Prometheus naming conventions.
+// at /metrics/etcd), as those break Prometheus naming conventions. The
+// status pages (status_page.go) render html/template pages from the
+// member's view of etcd plus the members' /v1/status (status_peers.go),
+// built by the pure functions of status_view.go.
 //
 // Client subcommands read the keyspace once (allocator.KeySpace.Load), write
 // specs in guarded etcd txns of at most 128 ops, publish through

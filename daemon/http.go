@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -41,6 +42,15 @@ type StatusResponse struct {
 	// Ready is what /readyz answers.
 	Ready    bool            `json:"ready"`
 	Replicas []StatusReplica `json:"replicas"`
+	// Version is the consumerd version the member runs (as its member spec
+	// announces it); Build is the whole build line of `consumerd --version`.
+	Version string `json:"version"`
+	Build   string `json:"build,omitempty"`
+	// UptimeSeconds is the time since serve started.
+	UptimeSeconds float64 `json:"uptime_seconds"`
+	// Etcd and NATS are the member's connections to its backends.
+	Etcd EtcdHealth `json:"etcd"`
+	NATS NATSHealth `json:"nats"`
 }
 
 // StatusReplica is one local replica in StatusResponse.
@@ -58,6 +68,26 @@ type StatusReplica struct {
 	Applied uint64 `json:"applied"`
 	// ReplayTo is, during BACKFILL, the log id the replay catches up at.
 	ReplayTo uint64 `json:"replay_to,omitempty"`
+	// LastCommit is when the primary last applied a committed transaction
+	// (primaries that committed since they took over).
+	LastCommit *time.Time `json:"last_commit,omitempty"`
+	// LastSnapshot is the shard's newest snapshot as the primary knows it
+	// (primaries, once a snapshot exists).
+	LastSnapshot *StatusSnapshot `json:"last_snapshot,omitempty"`
+	// LogBytesSinceSnapshot is the recovery-log bytes the primary appended
+	// since its last snapshot, or since it took over before its first
+	// (PRIMARY replicas, when the member takes snapshots).
+	LogBytesSinceSnapshot *int64 `json:"log_bytes_since_snapshot,omitempty"`
+}
+
+// StatusSnapshot is a snapshot in StatusReplica: its id, manifest object,
+// creation time, total size and the recovery-log id it covers.
+type StatusSnapshot struct {
+	ID       string    `json:"id"`
+	Manifest string    `json:"manifest"`
+	Time     time.Time `json:"time"`
+	Bytes    int64     `json:"bytes"`
+	LogID    uint64    `json:"log_id"`
 }
 
 // QueryResponse is the body of GET /v1/query, exported as that endpoint's
@@ -147,6 +177,9 @@ func (s *server) handler() http.Handler {
 	mux.Handle("GET /readyz", instrument("readyz", http.HandlerFunc(s.readyz)))
 	mux.Handle("GET /v1/status", instrument("status", http.HandlerFunc(s.status)))
 	mux.Handle("GET /v1/query", instrument("query", http.HandlerFunc(s.query)))
+	// The status pages (status_page.go): / exactly, and one per shard.
+	mux.Handle("GET /{$}", instrument("status_page", http.HandlerFunc(s.statusPage)))
+	mux.Handle("GET /shards/{id}", instrument("shard_page", http.HandlerFunc(s.shardPage)))
 	return mux
 }
 
@@ -209,7 +242,8 @@ func (s *server) readyz(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *server) statusNow() StatusResponse {
-	st := StatusResponse{Member: s.cfg.MemberID, Zone: s.cfg.Zone, Endpoint: s.endpoint, Exiting: s.exiting.Load(), Replicas: []StatusReplica{}}
+	st := StatusResponse{Member: s.cfg.MemberID, Zone: s.cfg.Zone, Endpoint: s.endpoint, Exiting: s.exiting.Load(), Replicas: []StatusReplica{},
+		Version: statusVersion(), Build: statusBuild(), UptimeSeconds: s.health.uptime(time.Now()).Round(time.Millisecond).Seconds()}
 	sess := s.sess.Load()
 	if sess != nil {
 		select {
@@ -219,20 +253,34 @@ func (s *server) statusNow() StatusResponse {
 		}
 		st.Leader = sess.member.KeySpace().Snapshot().Leader == s.cfg.Zone+"/"+s.cfg.MemberID
 		for _, r := range sess.svc.Status() {
-			st.Replicas = append(st.Replicas, statusReplica(r))
+			st.Replicas = append(st.Replicas, statusReplica(r, s.snapshots != nil))
 		}
 	}
 	st.Ready, _ = readiness(st.Session, st.Replicas)
+	st.Etcd, st.NATS = s.etcdHealth(st.Session), s.natsHealth()
 	return st
 }
 
-func statusReplica(r shard.ReplicaInfo) StatusReplica {
+// statusReplica is r in /v1/status; snapshots says the member takes them
+// (LogBytesSinceSnapshot is reported only then).
+func statusReplica(r shard.ReplicaInfo, snapshots bool) StatusReplica {
 	sr := StatusReplica{Shard: r.Shard, App: r.App, Slot: r.Slot, State: string(r.State), Error: r.Error, Lag: r.Lag, Applied: uint64(r.Applied), ReplayTo: uint64(r.ReplayTo)}
 	if len(r.Offsets) > 0 {
 		sr.Offsets = make(map[string]uint64, len(r.Offsets))
 		for ch, id := range r.Offsets {
 			sr.Offsets[ch] = uint64(id)
 		}
+	}
+	if !r.LastCommitAt.IsZero() {
+		t := r.LastCommitAt.UTC()
+		sr.LastCommit = &t
+	}
+	if ls := r.LastSnapshot; ls != nil {
+		sr.LastSnapshot = &StatusSnapshot{ID: ls.ID, Manifest: ls.Manifest, Time: ls.Created.UTC(), Bytes: ls.Bytes, LogID: uint64(ls.LogID)}
+	}
+	if snapshots && r.State == allocator.StatePrimary {
+		n := r.LogBytesSinceSnapshot
+		sr.LogBytesSinceSnapshot = &n
 	}
 	return sr
 }

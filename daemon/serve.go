@@ -91,6 +91,8 @@ type server struct {
 	sess    atomic.Pointer[session]
 	exiting atomic.Bool
 	lone    atomic.Bool // exiting without a drain: no other member
+	// health is what /v1/status reports of the backends (health.go).
+	health health
 }
 
 // session is one member incarnation: a lease and its shard service. Query
@@ -109,12 +111,31 @@ type session struct {
 // stops without draining but still tears down in order.
 func serve(ctx context.Context, cfg serveConfig, embedded []shard.App, apps map[string]shard.App, out interface{ Write([]byte) (int, error) }, sigs <-chan os.Signal, hardExit func()) error {
 	log := newLogger(cfg.LogLevel, cfg.LogFormat, out)
-	s := &server{cfg: cfg, embedded: embedded, apps: apps, log: log, http: &http.Client{Timeout: 10 * time.Second}}
+	s := &server{cfg: cfg, embedded: embedded, apps: apps, log: log}
+	s.health.started = time.Now()
 	// Every stream, subject and the snapshot bucket of this cluster are in
 	// its namespace: clusters under other prefixes share the NATS safely.
 	namespace, err := walNamespace(cfg.WALNamespace, cfg.EtcdPrefix)
 	if err != nil {
 		return usageError{err}
+	}
+	// TLS and credentials (tls.go): every file is read now, so a bad one
+	// is named before anything starts.
+	serverTLS, err := cfg.HTTP.serverConfig()
+	if err != nil {
+		return err
+	}
+	// Calls to other members (forwarding, gathering, a member id's holder)
+	// verify them with --http.cacert and present this member's certificate.
+	if s.http, err = cfg.HTTP.client(10 * time.Second); err != nil {
+		return err
+	}
+	if serverTLS != nil && cfg.HTTP.CACert == "" {
+		log.Warn("--http.cert is set without --http.cacert: other members' certificates are verified against the system's roots")
+	}
+	walSec, err := cfg.WAL.natsSecurity()
+	if err != nil {
+		return err
 	}
 
 	// Listen first: the advertised endpoint is the address actually bound.
@@ -123,7 +144,7 @@ func serve(ctx context.Context, cfg serveConfig, embedded []shard.App, apps map[
 		return fmt.Errorf("--http.addr %s: %w", cfg.HTTPAddr, err)
 	}
 	defer ln.Close()
-	s.endpoint = advertiseURL(cfg.HTTPAdvertise, ln.Addr(), os.Hostname)
+	s.endpoint = advertiseURL(cfg.HTTPAdvertise, cfg.HTTP.scheme(), ln.Addr(), os.Hostname)
 
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return fmt.Errorf("--data-dir %s: %w", cfg.DataDir, err)
@@ -151,7 +172,7 @@ func serve(ctx context.Context, cfg serveConfig, embedded []shard.App, apps map[
 		endpoints = es.Endpoints()
 		log.Info("embedded etcd started", "client_url", cfg.EmbeddedEtcdClientURL, "dir", dir)
 	}
-	client, err := dialEtcd(ctx, endpoints)
+	client, err := dialEtcd(ctx, endpoints, cfg.EtcdPrefix, 10*time.Second, cfg.Etcd, false)
 	if err != nil {
 		return err
 	}
@@ -183,7 +204,7 @@ func serve(ctx context.Context, cfg serveConfig, embedded []shard.App, apps map[
 		walURL = ns.URL()
 		log.Info("embedded nats-server started", "url", walURL, "store_dir", dir, "sync", cfg.WALSync)
 	}
-	opener, err := openWAL(walURL, namespace, cfg.WALReplicas, 0, log)
+	opener, err := openWAL(walURL, namespace, cfg.WALReplicas, 0, walSec, log)
 	if err != nil {
 		return err
 	}
@@ -202,7 +223,7 @@ func serve(ctx context.Context, cfg serveConfig, embedded []shard.App, apps map[
 		if cfg.SnapshotStore == "dir" {
 			dir = cfg.SnapshotDir
 		}
-		st, closeStore, err := openSnapshotStore(ctx, dir, walURL, namespace, cfg.WALReplicas, time.Minute, log)
+		st, closeStore, err := openSnapshotStore(ctx, dir, walURL, namespace, cfg.WALReplicas, time.Minute, walSec, log)
 		if err != nil {
 			return err
 		}
@@ -226,9 +247,15 @@ func serve(ctx context.Context, cfg serveConfig, embedded []shard.App, apps map[
 	}
 
 	// HTTP.
-	hs := &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second, TLSConfig: serverTLS}
 	httpDone := make(chan error, 1)
-	go func() { httpDone <- hs.Serve(ln) }()
+	go func() { // owned here: ends with hs.Shutdown below
+		if serverTLS != nil {
+			httpDone <- hs.ServeTLS(ln, "", "") // the certificate is in TLSConfig
+			return
+		}
+		httpDone <- hs.Serve(ln)
+	}()
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -313,6 +340,7 @@ func serve(ctx context.Context, cfg serveConfig, embedded []shard.App, apps map[
 		if err == nil {
 			err = errors.New("member session ended")
 		}
+		s.health.sessionLost(err, time.Now())
 		log.Error("member session lost; rejoining", "error", err, "attempt", rejoin.Attempt()+1)
 		if rejoin.Wait(runCtx, nil) != nil {
 			return nil

@@ -10,8 +10,8 @@ import (
 )
 
 // TestMain runs the tests, then checks that every replica left the status
-// gauge and the lag series (each test kills its nodes at cleanup) and that
-// no goroutine leaked.
+// gauge, and the lag and primary series (each test kills its nodes at
+// cleanup), and that no goroutine leaked.
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if code == 0 {
@@ -42,9 +42,12 @@ func metricsSettled() error {
 					return fmt.Errorf("consumerd_shard_status %v = %v after every node stopped", m.GetLabel(), v)
 				}
 			}
-		case "consumerd_shard_source_lag_messages":
+		case "consumerd_shard_source_lag_messages",
+			"consumerd_shard_last_commit_timestamp_seconds",
+			"consumerd_snapshot_last_success_timestamp_seconds",
+			"consumerd_recoverylog_bytes_since_snapshot":
 			if n := len(mf.GetMetric()); n != 0 {
-				return fmt.Errorf("%d lag series left after every node stopped", n)
+				return fmt.Errorf("%d %s series left after every node stopped", n, mf.GetName())
 			}
 		}
 	}

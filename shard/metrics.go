@@ -50,3 +50,21 @@ var (
 		Help: "Output messages of committed transactions published (exactly once) by this process's primaries.",
 	}, []string{"shard"})
 )
+
+// A primary's commit and snapshot gauges (primarystats.go): set while the
+// shard's primary runs on this process, deleted when it stops being primary
+// here. Alert rules use these names.
+var (
+	metricLastCommit = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "consumerd_shard_last_commit_timestamp_seconds",
+		Help: "Unix time at which the shard's primary on this process last applied a committed transaction (absent before its first).",
+	}, []string{"shard"})
+	metricSnapshotLastSuccess = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "consumerd_snapshot_last_success_timestamp_seconds",
+		Help: "Creation time (Unix) of the shard's newest snapshot, as its primary on this process knows it: the last it took, else the one etcd named when it took over.",
+	}, []string{"shard"})
+	metricLogBytesSinceSnapshot = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "consumerd_recoverylog_bytes_since_snapshot",
+		Help: "Recovery-log bytes the shard's primary on this process appended since its last snapshot (since it took over, before its first): what snapshot_interval_bytes is compared with. Absent when snapshots are off.",
+	}, []string{"shard"})
+)

@@ -48,6 +48,8 @@ type replica struct {
 	position func() recoverylog.Position
 	// replayTo is the player's Target while a player runs (nil otherwise).
 	replayTo func() message.MessageID
+	// stats are a primary's commit and snapshot figures (primarystats.go).
+	stats primaryStats
 
 	// dbMu guards query access to a primary's database: queries hold it
 	// shared; the replica takes it exclusively to stop serving them.
@@ -214,6 +216,7 @@ func (r *replica) info() ReplicaInfo {
 			ri.Offsets[k] = v
 		}
 	}
+	r.stats.fillStats(&ri)
 	return ri
 }
 
@@ -340,6 +343,8 @@ func (r *replica) lifecycle(ctx context.Context) error {
 	r.position = rec.Position
 	r.mu.Unlock()
 	r.logger.Info("handoff complete", "term", term, "position", rec.Position().String(), "took", time.Since(start))
+	stopStats := r.startStats(rec, r.snapshots() != nil)
+	defer stopStats() // after the snapshots and the transaction loop stopped
 	stopSnapshots := r.startSnapshots(ctx, sdb, rec, w, a, term)
 	defer stopSnapshots()
 	return r.runPrimary(ctx, sdb, consumer, rec)

@@ -84,6 +84,21 @@ type ReplicaInfo struct {
 	// ReplayTo is, during BACKFILL, the recovery log's last id when the
 	// replay started: the replica catches up when Applied reaches it.
 	ReplayTo message.MessageID `json:"replay_to,omitempty"`
+	// LastCommitAt is when this primary last applied a committed
+	// transaction (zero before its first; primaries only). Also the gauge
+	// consumerd_shard_last_commit_timestamp_seconds{shard}.
+	LastCommitAt time.Time `json:"last_commit_at,omitzero"`
+	// LastSnapshot is the shard's newest snapshot as this primary knows it:
+	// the one it took last, else the one the etcd pointer named when it
+	// took over (nil: none, or snapshots are off; primaries only). Its
+	// Created is the gauge consumerd_snapshot_last_success_timestamp_seconds.
+	LastSnapshot *SnapshotInfo `json:"last_snapshot,omitempty"`
+	// LogBytesSinceSnapshot is the recovery-log bytes this primary appended
+	// since its last snapshot, or since it took over when it has taken none:
+	// the figure snapshot_interval_bytes is compared with (0 for
+	// non-primaries and when snapshots are off). Also the gauge
+	// consumerd_recoverylog_bytes_since_snapshot{shard}.
+	LogBytesSinceSnapshot int64 `json:"log_bytes_since_snapshot,omitempty"`
 }
 
 // Service runs this member's shard replicas: it follows the member's

@@ -238,6 +238,7 @@ func (r *replica) startSnapshots(ctx context.Context, sdb *shardDB, rec *recover
 		t := time.NewTicker(every)
 		defer t.Stop()
 		base := rec.AppliedBytes()
+		r.loadLastSnapshot(sctx, so)
 		for {
 			select {
 			case <-sctx.Done():
@@ -249,6 +250,9 @@ func (r *replica) startSnapshots(ctx context.Context, sdb *shardDB, rec *recover
 			}
 			base = rec.AppliedBytes()
 			res, err := s.Take(sctx, src)
+			if res != nil { // the pointer moved (err: only retention failed)
+				r.snapshotted(SnapshotInfoOf(snapshot.PointerOf(res.Manifest)), base)
+			}
 			switch {
 			case err == nil:
 				r.logger.Info("snapshot", "id", res.Manifest.ID, "log_id", res.Manifest.LogID,

@@ -99,10 +99,7 @@ func (l *txnLoop) finishPrev() error {
 	}
 	l.mTxns.Inc()
 	metricTxnDuration.Observe(time.Since(p.opened).Seconds())
-	pos := l.rec.Position()
-	l.r.mu.Lock()
-	l.r.applied = int64(pos.LogID)
-	l.r.mu.Unlock()
+	l.r.committed(int64(l.rec.Position().LogID), time.Now())
 	l.lag.commit(p.offsets)
 	return nil
 }

@@ -138,3 +138,14 @@ func (o *opener) ServerInfo() (version string, atomicBatches, ok bool) {
 	}
 	return si.ServerVersion(), si.AtomicBatches(), true
 }
+
+// Connection reports the backend connection's server URL (password
+// redacted; "" while disconnected) and whether it is up
+// (walimpls.ConnectionInfo); ok is false when the backend does not say.
+func (o *opener) Connection() (url string, connected, ok bool) {
+	ci, ok := o.impl.(walimpls.ConnectionInfo)
+	if !ok {
+		return "", false, false
+	}
+	return ci.ConnectedURL(), ci.Connected(), true
+}

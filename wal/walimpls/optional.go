@@ -164,3 +164,14 @@ type ServerInfo interface {
 	// AtomicBatches reports whether the server stores batches atomically.
 	AtomicBatches() bool
 }
+
+// ConnectionInfo is optionally implemented by an OpenerImpls: the state of
+// its connection to the backend, for operators (/v1/status, the status
+// page).
+type ConnectionInfo interface {
+	// ConnectedURL is the URL of the server the connection is on, with
+	// any password redacted; "" while disconnected.
+	ConnectedURL() string
+	// Connected reports whether the connection is up now.
+	Connected() bool
+}
