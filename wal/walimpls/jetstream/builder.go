@@ -140,9 +140,9 @@ func (o *opener) Open(ctx context.Context, opt *walimpls.OpenOption) (_ walimpls
 		return nil, fmt.Errorf("jetstream: open channel %q: %w", opt.Channel, walimpls.ErrClosed)
 	}
 	// Creating a replicated stream and fencing it take several round trips
-	// through the cluster's leaders: the whole Open has AckTimeout, each
+	// through the cluster's leaders: the whole Open has 3 AckTimeouts, each
 	// look-up RequestTimeout (ensureStream).
-	ctx, end := o.requestWithin(ctx, o.cfg.AckTimeout)
+	ctx, end := o.requestWithin(ctx, 3*o.cfg.AckTimeout)
 	defer end(&err)
 	st, err := o.ensureStream(ctx, n)
 	if err != nil {
