@@ -422,6 +422,7 @@ STATUS is the primary's state, or what the shard lacks:
 				lctx, cancel := context.WithTimeout(ctx, cf.dialTimeout)
 				fillLag(lctx, snap, rows, opener, hc, cmd.ErrOrStderr())
 				cancel()
+				hc.CloseIdleConnections() // its own transport: no keep-alive outlives the command
 			}
 			// Partitions no shard reads (a deleted shard, a hand-written
 			// spec): said on stderr, so the output keeps its shape.

@@ -69,6 +69,7 @@ from the shards that are valid.`,
 			if err != nil {
 				return err
 			}
+			defer hc.CloseIdleConnections() // its own transport: no keep-alive outlives the command
 			// A shard may be between primaries (failover, handoff): retry
 			// with a fresh view of the keyspace until --dial-timeout passed.
 			deadline := time.Now().Add(cf.dialTimeout)
