@@ -12,28 +12,40 @@ import (
 // under prefix keeps its streams in, recorded by its first member.
 func namespaceKey(prefix string) string { return prefix + "/wal-namespace" }
 
+// claimRecord writes value at key unless the key exists, and returns what
+// the key holds then (value when this call wrote it): how the first member
+// records a cluster-wide setting that later members must share. what names
+// the setting in errors.
+func claimRecord(ctx context.Context, cli *clientv3.Client, key, value, what string) (string, error) {
+	resp, err := cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, value)).
+		Else(clientv3.OpGet(key)).
+		Commit()
+	if err != nil {
+		return "", fmt.Errorf("recording the %s at %s: %w", what, key, err)
+	}
+	if resp.Succeeded {
+		return value, nil
+	}
+	rr := resp.Responses[0].GetResponseRange()
+	if rr == nil || len(rr.Kvs) != 1 {
+		return "", fmt.Errorf("reading the %s at %s: no value", what, key)
+	}
+	return string(rr.Kvs[0].Value), nil
+}
+
 // claimNamespace records ns as the cluster's WAL namespace, or checks it
 // against the one recorded. A member with another namespace would read and
 // write other streams than the rest of its cluster (its shards' state would
 // seem lost, its outputs go where nobody reads): it is refused, naming both.
 func claimNamespace(ctx context.Context, cli *clientv3.Client, prefix, ns string) error {
 	key := namespaceKey(prefix)
-	resp, err := cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, ns)).
-		Else(clientv3.OpGet(key)).
-		Commit()
+	got, err := claimRecord(ctx, cli, key, ns, "WAL namespace")
 	if err != nil {
-		return fmt.Errorf("recording the WAL namespace at %s: %w", key, err)
+		return err
 	}
-	if resp.Succeeded {
-		return nil
-	}
-	rr := resp.Responses[0].GetResponseRange()
-	if rr == nil || len(rr.Kvs) != 1 {
-		return fmt.Errorf("reading the WAL namespace at %s: no value", key)
-	}
-	if got := string(rr.Kvs[0].Value); got != ns {
+	if got != ns {
 		return fmt.Errorf("the cluster under --etcd.prefix %s keeps its WAL in namespace %q (%s), but this member would use %q: "+
 			"start it with --wal.namespace %s; two namespaces in one cluster would split its streams",
 			prefix, got, key, ns, got)
@@ -53,23 +65,11 @@ func replicasKey(prefix string) string { return prefix + "/wal-replicas" }
 // operator chose, which shows only when a server is lost.
 func claimReplicas(ctx context.Context, cli *clientv3.Client, prefix string, n int) error {
 	key := replicasKey(prefix)
-	want := strconv.Itoa(n)
-	resp, err := cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, want)).
-		Else(clientv3.OpGet(key)).
-		Commit()
+	got, err := claimRecord(ctx, cli, key, strconv.Itoa(n), "WAL replicas")
 	if err != nil {
-		return fmt.Errorf("recording the WAL replicas at %s: %w", key, err)
+		return err
 	}
-	if resp.Succeeded {
-		return nil
-	}
-	rr := resp.Responses[0].GetResponseRange()
-	if rr == nil || len(rr.Kvs) != 1 {
-		return fmt.Errorf("reading the WAL replicas at %s: no value", key)
-	}
-	if got := string(rr.Kvs[0].Value); got != want {
+	if got != strconv.Itoa(n) {
 		return fmt.Errorf("the cluster under --etcd.prefix %s creates its streams with %s replicas (%s), but this member has --wal.replicas %d: "+
 			"start it with --wal.replicas %s (to change the cluster's, put the new count at %s with etcdctl; existing streams keep theirs)",
 			prefix, got, key, n, got, key)
@@ -78,8 +78,8 @@ func claimReplicas(ctx context.Context, cli *clientv3.Client, prefix string, n i
 }
 
 // recordedReplicas is the cluster's stream replication: the recorded one,
-// or 1 when no member has started yet (or the record does not parse: a
-// member refuses to start over such a record, so nothing is created by it).
+// or 1 when no member has started yet. A record that is not a count from 1
+// to 5 is an error naming the key.
 func recordedReplicas(ctx context.Context, cli *clientv3.Client, prefix string) (int, error) {
 	key := replicasKey(prefix)
 	resp, err := cli.Get(ctx, key)

@@ -130,11 +130,20 @@ func (r *RestartSpec) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &aux); err != nil {
 		return err
 	}
-	for _, f := range []struct {
-		name string
-		raw  json.RawMessage
-		dst  *Duration
-	}{{"restart.initial_backoff", aux.Initial, &r.InitialBackoff}, {"restart.max_backoff", aux.Max, &r.MaxBackoff}} {
+	return decodeDurations([]durationField{{"restart.initial_backoff", aux.Initial, &r.InitialBackoff}, {"restart.max_backoff", aux.Max, &r.MaxBackoff}})
+}
+
+// durationField is a Duration field of a spec and its raw JSON.
+type durationField struct {
+	name string
+	raw  json.RawMessage
+	dst  *Duration
+}
+
+// decodeDurations sets each field from its raw JSON (absent or null: 0),
+// naming the field of a bad one.
+func decodeDurations(fields []durationField) error {
+	for _, f := range fields {
 		*f.dst = 0
 		if len(f.raw) == 0 || string(f.raw) == "null" {
 			continue
@@ -289,20 +298,7 @@ func (s *Spec) UnmarshalJSON(b []byte) error {
 	if len(s.Labels) == 0 {
 		s.Labels = nil // "labels": {} and no labels are the same spec
 	}
-	for _, f := range []struct {
-		name string
-		raw  json.RawMessage
-		dst  *Duration
-	}{{"min_txn_duration", aux.Min, &s.MinTxnDuration}, {"max_txn_duration", aux.Max, &s.MaxTxnDuration}} {
-		*f.dst = 0
-		if len(f.raw) == 0 || string(f.raw) == "null" {
-			continue
-		}
-		if err := f.dst.UnmarshalJSON(f.raw); err != nil {
-			return fmt.Errorf("%s: %w", f.name, err)
-		}
-	}
-	return nil
+	return decodeDurations([]durationField{{"min_txn_duration", aux.Min, &s.MinTxnDuration}, {"max_txn_duration", aux.Max, &s.MaxTxnDuration}})
 }
 
 // ParseSpec decodes and validates one JSON spec as an operator wrote it.

@@ -224,25 +224,22 @@ type memberRow struct {
 }
 
 func (c *cluster) shards(ctx context.Context) ([]shardRow, error) {
-	out, err := c.client(ctx, 20*time.Second, nil, "shards", "list", "-o", "json")
-	if err != nil {
-		return nil, err
-	}
-	var rows []shardRow
-	if err := json.Unmarshal(out, &rows); err != nil {
-		return nil, fmt.Errorf("shards list -o json: %w", err)
-	}
-	return rows, nil
+	return clientJSON[shardRow](ctx, c, "shards")
 }
 
 func (c *cluster) memberList(ctx context.Context) ([]memberRow, error) {
-	out, err := c.client(ctx, 20*time.Second, nil, "members", "list", "-o", "json")
+	return clientJSON[memberRow](ctx, c, "members")
+}
+
+// clientJSON runs `<what> list -o json` on the client host and decodes it.
+func clientJSON[T any](ctx context.Context, c *cluster, what string) ([]T, error) {
+	out, err := c.client(ctx, 20*time.Second, nil, what, "list", "-o", "json")
 	if err != nil {
 		return nil, err
 	}
-	var rows []memberRow
+	var rows []T
 	if err := json.Unmarshal(out, &rows); err != nil {
-		return nil, fmt.Errorf("members list -o json: %w", err)
+		return nil, fmt.Errorf("%s list -o json: %w", what, err)
 	}
 	return rows, nil
 }
