@@ -11,6 +11,7 @@ import (
 	njs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/consumerd/consumerd/internal/benchround"
+	"github.com/consumerd/consumerd/internal/embednats"
 	"github.com/consumerd/consumerd/internal/natstest"
 	"github.com/consumerd/consumerd/wal"
 	"github.com/consumerd/consumerd/wal/message"
@@ -39,14 +40,19 @@ func benchPayloadBytes() []byte {
 	return p
 }
 
-// rawStream creates a fresh stream configured like the backend's streams.
-func rawStream(b *testing.B, js njs.JetStream, name string) {
+// rawStream creates a fresh stream configured like the backend's streams
+// (one replica).
+func rawStream(b *testing.B, js njs.JetStream, name string) { rawStreamR(b, js, name, 1) }
+
+// rawStreamR creates a fresh stream of replicas replicas configured like the
+// backend's streams (a replicated one reads through its leader).
+func rawStreamR(b *testing.B, js njs.JetStream, name string, replicas int) {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := js.CreateStream(ctx, njs.StreamConfig{
 		Name: name, Subjects: []string{name + ".data"}, Storage: njs.FileStorage,
-		Replicas: 1, Duplicates: 2 * time.Minute, AllowDirect: true,
+		Replicas: replicas, Duplicates: 2 * time.Minute, AllowDirect: replicas == 1,
 	}); err != nil {
 		b.Fatalf("create raw stream %s: %v", name, err)
 	}
@@ -69,8 +75,13 @@ func rawConn(b *testing.B, url string) (*nats.Conn, njs.JetStream) {
 // rawAppend publishes n messages with PublishAsync to a fresh stream and
 // waits for every acknowledgement; it returns messages per second.
 func rawAppend(b *testing.B, js njs.JetStream, stream string, n int) float64 {
+	return rawAppendR(b, js, stream, n, 1)
+}
+
+// rawAppendR is rawAppend on a stream of replicas replicas.
+func rawAppendR(b *testing.B, js njs.JetStream, stream string, n, replicas int) float64 {
 	b.Helper()
-	rawStream(b, js, stream)
+	rawStreamR(b, js, stream, replicas)
 	payload := benchPayloadBytes()
 	subj := stream + ".data"
 	start := time.Now()
@@ -129,9 +140,13 @@ func walAppend(b *testing.B, o wal.Opener, channel string, term uint64, n int) f
 	return float64(n) / el.Seconds()
 }
 
-func walOpener(b *testing.B, url string) wal.Opener {
+func walOpener(b *testing.B, url string) wal.Opener { return walOpenerR(b, url, 1) }
+
+// walOpenerR is an adaptor over the backend creating streams of replicas
+// replicas.
+func walOpenerR(b *testing.B, url string, replicas int) wal.Opener {
 	b.Helper()
-	o, err := wal.NewOpenerBuilder(jetstream.NewBuilder(jetstream.Config{URL: url})).Build()
+	o, err := wal.NewOpenerBuilder(jetstream.NewBuilder(jetstream.Config{URL: url, Replicas: replicas})).Build()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -171,6 +186,36 @@ func BenchmarkAppend(b *testing.B) {
 	runRounds(b, "wal.append", benchMsgs,
 		func(r int) float64 { return rawAppend(b, js, fmt.Sprintf("rawappend%d", r), benchMsgs) },
 		func(r int) float64 { return walAppend(b, o, fmt.Sprintf("bench/append-%d", r), 0, benchMsgs) })
+}
+
+// Message counts of the benchmarks on other set-ups, each about 2 s or more
+// a side on a 2-core machine: a 3-node cluster, and an fsync per append
+// batch (some 4,000 appends/s).
+const (
+	benchR3Msgs   = 200000
+	benchSyncMsgs = 10000
+)
+
+// BenchmarkAppendR3 is wal.append on a 3-node JetStream cluster with R=3
+// streams (every append replicated to a quorum before it is acknowledged).
+func BenchmarkAppendR3(b *testing.B) {
+	url := natstest.StartCluster(b, 3)
+	_, js := rawConn(b, url)
+	o := walOpenerR(b, url, 3)
+	runRounds(b, "wal.append.r3", benchR3Msgs,
+		func(r int) float64 { return rawAppendR(b, js, fmt.Sprintf("rawappendr3%d", r), benchR3Msgs, 3) },
+		func(r int) float64 { return walAppend(b, o, fmt.Sprintf("bench/append-r3-%d", r), 0, benchR3Msgs) })
+}
+
+// BenchmarkAppendSyncAlways is wal.append on a server with sync_interval:
+// always (an fsync before each acknowledgement batch).
+func BenchmarkAppendSyncAlways(b *testing.B) {
+	url := natstest.StartServer(b, embednats.Config{SyncAlways: true}).URL()
+	_, js := rawConn(b, url)
+	o := walOpener(b, url)
+	runRounds(b, "wal.append.sync_always", benchSyncMsgs,
+		func(r int) float64 { return rawAppend(b, js, fmt.Sprintf("rawappendsync%d", r), benchSyncMsgs) },
+		func(r int) float64 { return walAppend(b, o, fmt.Sprintf("bench/append-sync-%d", r), 0, benchSyncMsgs) })
 }
 
 // rawChainedAppend publishes n messages the way a fenced writer does, with
