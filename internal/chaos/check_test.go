@@ -3,6 +3,7 @@ package chaos
 import (
 	"slices"
 	"testing"
+	"time"
 )
 
 func TestDiffCounts(t *testing.T) {
@@ -58,5 +59,20 @@ func TestShardProblems(t *testing.T) {
 	}
 	if got := shardProblems(nil, nil, nil); len(got) != 1 {
 		t.Fatalf("no shards: %q", got)
+	}
+}
+
+// TestReportLine: the recovery figures come only from faults whose counts
+// were exact again; an unmeasured one counts as a fault, not as 0 s.
+func TestReportLine(t *testing.T) {
+	r := Report{Seed: 3, Lines: 600, Anomalies: []string{"fault 3: publishing: gave up"}, Faults: []FaultResult{
+		{Fault: Fault{Kind: MemberKill}, Recovered: 2 * time.Second},
+		{Fault: Fault{Kind: NatsKill}, Recovered: 4 * time.Second},
+		{Fault: Fault{Kind: NatsKill}},
+		{Fault: Fault{Kind: MemberStop}},
+	}}
+	want := "CHAOS seed=3 faults=4 kinds=3 lines=600 anomalies=1 recover_p50=2s recover_max=4s by_kind=nats-kill:2,member-kill:1,member-stop:1"
+	if got := r.Line(); got != want {
+		t.Fatalf("line\n%s\nwant\n%s", got, want)
 	}
 }

@@ -50,7 +50,8 @@ func (c *Config) defaults() {
 }
 
 // FaultResult is one fault of a run: how long after its heal the counts
-// were exact again, and what went wrong.
+// were exact again (zero when they never were, or the batch was not
+// published: the anomalies say why), and what went wrong.
 type FaultResult struct {
 	Fault     Fault
 	Recovered time.Duration
@@ -72,7 +73,9 @@ func (r Report) Line() string {
 	var rec []time.Duration
 	for _, f := range r.Faults {
 		byKind[f.Fault.Kind]++
-		rec = append(rec, f.Recovered)
+		if f.Recovered > 0 { // only measured recoveries make the figures
+			rec = append(rec, f.Recovered)
+		}
 	}
 	var kinds []string
 	for _, k := range Kinds {
@@ -227,6 +230,7 @@ func (c *cluster) runFault(ctx context.Context, cfg Config, f Fault, batch int, 
 	*lines = append(*lines, b...)
 	if problems := c.waitExact(ctx, model(*lines), cfg.RecoverTimeout); problems != nil {
 		res.Anomalies = append(res.Anomalies, fmt.Sprintf("counts not exact %s after the heal: %s", cfg.RecoverTimeout, strings.Join(problems, "; ")))
+		return res
 	}
 	res.Recovered = time.Since(healed)
 	return res
