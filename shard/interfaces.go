@@ -55,7 +55,8 @@ type Shard interface {
 	// not yet applied to Database returns an error wrapping ErrMergePending.
 	// Reading the open transaction re-indexes the writes made since the last
 	// Get, so interleaving many writes and Gets costs more than reading
-	// through the Cache.
+	// through the Cache. consumerd's own keys (prefix "\x00consumerd/") are
+	// read from Database only.
 	Get(key []byte) ([]byte, error)
 	// ReadOptions and WriteOptions are the options the shard uses with Database.
 	ReadOptions() *grocksdb.ReadOptions

@@ -44,8 +44,24 @@ var (
 	outboxEpochKey     = []byte("\x00consumerd/outbox-epoch")
 )
 
+// outboxKey is txn's row i: outboxPrefix, then txn as 16 and i as 8
+// lowercase hex digits, separated by '/' (so rows sort by txn, then i).
 func outboxKey(txn uint64, i int) []byte {
-	return fmt.Appendf(append(make([]byte, 0, len(outboxPrefix)+26), outboxPrefix...), "%016x/%08x", txn, i)
+	k := make([]byte, len(outboxPrefix)+25)
+	n := copy(k, outboxPrefix)
+	putHex(k[n:n+16], txn)
+	k[n+16] = '/'
+	putHex(k[n+17:], uint64(uint32(i)))
+	return k
+}
+
+// putHex writes v into dst as len(dst) lowercase hex digits, zero-padded.
+func putHex(dst []byte, v uint64) {
+	const digits = "0123456789abcdef"
+	for i := len(dst) - 1; i >= 0; i-- {
+		dst[i] = digits[v&0xf]
+		v >>= 4
+	}
 }
 
 // outboxTxnStart is the first key of txn's rows (DeleteRange bounds).
@@ -203,6 +219,21 @@ type txnPublisher struct {
 	open    uint64 // the open transaction's txn number, 0 until it stages
 	staged  []output
 	newEpoc bool // the open transaction writes the epoch
+
+	channels map[topic.Partition]string // channel names by partition, made once
+}
+
+// channel is part's channel name, formatted once per partition.
+func (p *txnPublisher) channel(part topic.Partition) string {
+	ch, ok := p.channels[part]
+	if !ok {
+		if p.channels == nil {
+			p.channels = make(map[topic.Partition]string)
+		}
+		ch = part.Channel()
+		p.channels[part] = ch
+	}
+	return ch
 }
 
 var _ Publisher = (*txnPublisher)(nil)
@@ -233,7 +264,7 @@ func (p *txnPublisher) stage(_ topic.Description, part topic.Partition, msg mess
 			p.st.epoch, p.newEpoc = newEpoch(), true
 		}
 	}
-	o := output{channel: part.Channel(), msg: message.MutableMessage{Key: msg.Key, Payload: append([]byte(nil), msg.Payload...)}}
+	o := output{channel: p.channel(part), msg: message.MutableMessage{Key: msg.Key, Payload: append([]byte(nil), msg.Payload...)}}
 	if len(msg.Properties) > 0 {
 		o.msg.Properties = make(map[string]string, len(msg.Properties))
 		for k, v := range msg.Properties {
@@ -258,7 +289,8 @@ func (p *txnPublisher) seal(batch *grocksdb.WriteBatch) *outTxn {
 		p.newEpoc = false
 	}
 	t := &outTxn{txn: p.open, epoch: p.st.epoch, outputs: p.staged}
-	p.st.last, p.open, p.staged = p.open, 0, nil
+	// The next transaction likely stages as many: size its slice alike.
+	p.st.last, p.open, p.staged = p.open, 0, make([]output, 0, len(p.staged))
 	return t
 }
 

@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -127,7 +128,9 @@ func (o *overlay) parseRecord(data []byte) (int, error) {
 			return 0, err
 		}
 		o.seq++
-		o.entries[string(key)] = overlayEntry{deleted: true, seq: o.seq}
+		if !ownKey(key) {
+			o.entries[string(key)] = overlayEntry{deleted: true, seq: o.seq}
+		}
 	case 0x1, 0x5, 0x2, 0x6: // value, merge (+CF)
 		if tag == 0x5 || tag == 0x6 {
 			if err = cf(); err != nil {
@@ -141,9 +144,11 @@ func (o *overlay) parseRecord(data []byte) (int, error) {
 			return 0, err
 		}
 		o.seq++
-		if tag == 0x1 || tag == 0x5 {
+		switch {
+		case ownKey(key):
+		case tag == 0x1 || tag == 0x5:
 			o.entries[string(key)] = overlayEntry{value: append([]byte(nil), val...), seq: o.seq}
-		} else {
+		default:
 			o.entries[string(key)] = overlayEntry{merge: true, seq: o.seq}
 		}
 	case 0xF, 0xE: // range deletion (+CF)
@@ -159,7 +164,9 @@ func (o *overlay) parseRecord(data []byte) (int, error) {
 			return 0, err
 		}
 		o.seq++
-		o.ranges = append(o.ranges, overlayRange{begin: string(key), end: string(val), seq: o.seq})
+		if !ownKey(key) || !ownKey(val) { // else it covers only consumerd's own keys
+			o.ranges = append(o.ranges, overlayRange{begin: string(key), end: string(val), seq: o.seq})
+		}
 	case 0x3: // log data: not a write
 		if _, err = slice(); err != nil {
 			return 0, err
@@ -170,6 +177,14 @@ func (o *overlay) parseRecord(data []byte) (int, error) {
 	}
 	return p, nil
 }
+
+// ownPrefix begins consumerd's own keys in a shard database (offsets, the
+// recovery-log position, the outbox). The overlay leaves them out: only
+// the framework writes them and it never reads them through Get, and the
+// outbox rows (a copy of every output) would double its work.
+const ownPrefix = "\x00consumerd/"
+
+func ownKey(k []byte) bool { return bytes.HasPrefix(k, []byte(ownPrefix)) }
 
 // lookup reports what the overlay holds for key.
 func (o *overlay) lookup(key []byte) (lookupResult, []byte) {

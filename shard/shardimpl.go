@@ -46,8 +46,12 @@ func (s *primaryShard) Get(key []byte) ([]byte, error) {
 			return nil, fmt.Errorf("shard %s: get %q: %w", s.spec.ID, key, err)
 		}
 	}
-	layers := append([]*overlay{s.open}, reversed(s.inflight)...)
-	for _, o := range layers {
+	// The open transaction, then the in-flight ones, newest first.
+	for i := len(s.inflight); i >= 0; i-- {
+		o := s.open
+		if i < len(s.inflight) {
+			o = s.inflight[i]
+		}
 		if o == nil {
 			continue
 		}
@@ -65,14 +69,6 @@ func (s *primaryShard) Get(key []byte) ([]byte, error) {
 		return nil, fmt.Errorf("shard %s: get %q: %w", s.spec.ID, key, err)
 	}
 	return v, nil
-}
-
-func reversed(in []*overlay) []*overlay {
-	out := make([]*overlay, len(in))
-	for i, o := range in {
-		out[len(in)-1-i] = o
-	}
-	return out
 }
 
 // queryShard is the read-only Shard that Service.Primary hands out: it sees

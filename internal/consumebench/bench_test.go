@@ -1,0 +1,307 @@
+package consumebench
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	njs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/consumerd/consumerd/internal/benchround"
+	"github.com/consumerd/consumerd/internal/natstest"
+	"github.com/consumerd/consumerd/recoverylog"
+	"github.com/consumerd/consumerd/shard"
+	"github.com/consumerd/consumerd/shard/shardtest"
+	"github.com/consumerd/consumerd/topic"
+	"github.com/consumerd/consumerd/wal"
+	"github.com/consumerd/consumerd/wal/message"
+	"github.com/consumerd/consumerd/wal/walimpls/jetstream"
+)
+
+// The realistic workload: realMsgs messages of realPayload incompressible
+// bytes, each with its own key, over realParts partitions (one shard each).
+const (
+	realParts   = 2
+	realMsgs    = 100_000
+	realPayload = 1024
+)
+
+// BenchmarkConsumeRealistic measures the upsert application through the
+// whole exactly-once path against the raw loop (see rawLoop) consuming the
+// same stored messages in the same round, on one embedded nats-server:
+//
+//	BENCH consume.realistic keys=unique payload=1024 outputs=1 msgs=N rounds=K rate=R raw_rate=RAW ratio=X min=… max=… per_core=C raw_per_core=RC
+//
+// rate: messages per second from assignment until every shard committed
+// its partition's last message and every output is stored. per_core:
+// messages per CPU-second of the whole test process over the same span
+// (user + system; the process also runs the embedded nats-server and etcd,
+// on both sides alike). Goal: ratio ≥ 0.6.
+func BenchmarkConsumeRealistic(b *testing.B) {
+	realisticBench(b, "consume.realistic", 1, func() string { return natstest.Start(b) })
+}
+
+// BenchmarkConsumeRealisticR3 is BenchmarkConsumeRealistic on a 3-node
+// JetStream cluster (embedded, in this process) with every stream, input,
+// recovery log and outputs, of 3 replicas, on both sides.
+func BenchmarkConsumeRealisticR3(b *testing.B) {
+	realisticBench(b, "consume.realistic.r3", 3, func() string { return natstest.StartCluster(b, 3) })
+}
+
+func realisticBench(b *testing.B, name string, replicas int, start func() string) {
+	if b.N > 1 {
+		b.Skip("measured once at -benchtime 1x")
+	}
+	benchround.Run(b, benchround.Spec{
+		Name:     name,
+		Params:   fmt.Sprintf("keys=unique payload=%d outputs=1 msgs=%d", realPayload, realMsgs),
+		Rounds:   3,
+		Headline: []string{"ratio"},
+	}, func(r int) []benchround.Figure {
+		e := newRealistic(b, start(), replicas)
+		var fw, raw sideResult
+		if r%2 == 0 {
+			fw, raw = e.framework(b), e.raw(b)
+		} else {
+			raw, fw = e.raw(b), e.framework(b)
+		}
+		return []benchround.Figure{
+			benchround.F("rate", fw.rate(), 0), benchround.F("raw_rate", raw.rate(), 0),
+			benchround.F("ratio", fw.rate()/raw.rate(), 2),
+			benchround.F("per_core", fw.perCore(), 0), benchround.F("raw_per_core", raw.perCore(), 0),
+		}
+	})
+}
+
+// sideResult is one side's measured span.
+type sideResult struct {
+	msgs    int
+	elapsed time.Duration
+	cpu     time.Duration
+}
+
+func (s sideResult) rate() float64    { return float64(s.msgs) / s.elapsed.Seconds() }
+func (s sideResult) perCore() float64 { return float64(s.msgs) / s.cpu.Seconds() }
+
+// processCPU is the CPU time (user + system) this process used so far.
+func processCPU(tb testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatalf("getrusage: %v", err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// measure runs f and returns its span's wall and process CPU time.
+func measure(tb testing.TB, msgs int, f func()) sideResult {
+	cpu0, t0 := processCPU(tb), time.Now()
+	f()
+	return sideResult{msgs: msgs, elapsed: time.Since(t0), cpu: processCPU(tb) - cpu0}
+}
+
+// realistic is one round's environment: a cluster whose input topic holds
+// the workload.
+type realistic struct {
+	url      string
+	replicas int
+	e        *shardtest.Cluster
+}
+
+func newRealistic(b *testing.B, url string, replicas int) *realistic {
+	e := shardtest.NewCluster(b, jetstream.NewBuilder(jetstream.Config{URL: url, Replicas: replicas}), upsertApp())
+	e.TxnMaxMessages = 0 // the service default
+	for _, t := range []string{inputTopic, outputTopic} {
+		e.PutTopic(topic.Description{Name: t, Partitions: realParts})
+	}
+	publishWorkload(b, e.Pub, realMsgs)
+	return &realistic{url: url, replicas: replicas, e: e}
+}
+
+// publishWorkload publishes n messages with unique keys and incompressible
+// payloads to inputTopic.
+func publishWorkload(tb testing.TB, pub *topic.Publisher, n int) {
+	desc := topic.Description{Name: inputTopic, Partitions: realParts}
+	rng := rand.New(rand.NewPCG(uint64(n), 1))
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var pubErr error
+	for i := 0; i < n; i++ {
+		payload := make([]byte, realPayload)
+		for j := range payload {
+			payload[j] = byte(rng.Uint32())
+		}
+		wg.Add(1)
+		pub.PublishAsync(context.Background(), desc, message.MutableMessage{Key: fmt.Sprintf("key-%09d", i), Payload: payload},
+			func(_ topic.Partition, _ message.MessageID, err error) {
+				if err != nil {
+					mu.Lock()
+					pubErr = err
+					mu.Unlock()
+				}
+				wg.Done()
+			})
+	}
+	wg.Wait()
+	if pubErr != nil {
+		tb.Fatalf("publish workload: %v", pubErr)
+	}
+}
+
+// framework runs the upsert app's shards on a fresh node until every
+// partition's last message is committed and every output stored, checks
+// the outcome is exact, and stops the node.
+func (r *realistic) framework(b *testing.B) sideResult {
+	e := r.e
+	n := e.StartNode("bench", b.TempDir())
+	defer n.Kill() // no idle node of this round runs during the next
+	var specs []*shard.Spec
+	for p := 0; p < realParts; p++ {
+		s := &shard.Spec{ID: fmt.Sprintf("upsert-%04d", p), App: "upsert", Sources: []shard.Source{{Topic: inputTopic, Partition: p}}}
+		e.PutSpec(s)
+		specs = append(specs, s)
+	}
+	last := map[string]message.MessageID{}
+	for _, s := range specs {
+		last[s.Sources[0].Channel()] = e.LastID(s.Sources[0].Channel())
+	}
+	res := measure(b, realMsgs, func() {
+		for _, s := range specs {
+			e.Assign(n, s.ID, 0)
+		}
+		shardtest.Eventually(b, "every shard committed its partition", func() (bool, string) {
+			for _, s := range specs {
+				offs, ok := committedOffsets(n, s.ID)
+				if !ok || offs[s.Sources[0].Channel()] != last[s.Sources[0].Channel()] {
+					return false, fmt.Sprintf("%s at %v", s.ID, offs)
+				}
+			}
+			return true, ""
+		})
+		shardtest.Eventually(b, "every output stored", func() (bool, string) {
+			got := countTopic(b, e.Opener, outputTopic)
+			return got >= realMsgs, fmt.Sprintf("%d of %d", got, realMsgs)
+		})
+	})
+	if got := countTopic(b, e.Opener, outputTopic); got != realMsgs {
+		b.Fatalf("%s holds %d messages, want %d (exactly one per input)", outputTopic, got, realMsgs)
+	}
+	keys := 0
+	for _, s := range specs {
+		keys += countRecords(b, n, s.ID)
+	}
+	if keys != realMsgs {
+		b.Fatalf("the shards hold %d records with count 1, want %d", keys, realMsgs)
+	}
+	return res
+}
+
+// committedOffsets are the offsets shard id's primary on n committed.
+func committedOffsets(n *shardtest.Node, id string) (map[string]message.MessageID, bool) {
+	sh, release, ok := n.Service.Primary(id)
+	if !ok {
+		return nil, false
+	}
+	defer release()
+	offs, err := recoverylog.LoadOffsets(sh.Database())
+	return offs, err == nil
+}
+
+// countRecords counts shard id's records whose count is 1 (each key was
+// consumed once).
+func countRecords(b *testing.B, n *shardtest.Node, id string) int {
+	sh, release, ok := n.Service.Primary(id)
+	if !ok {
+		b.Fatalf("%s is not primary", id)
+	}
+	defer release()
+	it := sh.Database().NewIterator(sh.ReadOptions())
+	defer it.Close()
+	c := 0
+	for it.Seek([]byte(keyPrefix)); it.ValidForPrefix([]byte(keyPrefix)); it.Next() {
+		v := it.Value()
+		if cnt, err := recordCount(v.Data()); err == nil && cnt == 1 {
+			c++
+		}
+		v.Free()
+	}
+	return c
+}
+
+// countTopic is the number of messages stored in name's partitions.
+func countTopic(b *testing.B, op wal.Opener, name string) int {
+	n := 0
+	for p := 0; p < realParts; p++ {
+		w, err := op.Open(context.Background(), &wal.OpenOption{Channel: topic.ChannelName(name, p)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		c, err := w.(wal.Counter).Count(context.Background())
+		w.Close()
+		if err != nil {
+			b.Fatal(err)
+		}
+		n += int(c)
+	}
+	return n
+}
+
+// raw runs one raw loop per partition, in parallel, over the same stored
+// messages, and checks each consumed its whole partition and published one
+// output per message.
+func (r *realistic) raw(b *testing.B) sideResult {
+	nc, err := nats.Connect(r.url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := njs.New(nc, njs.WithPublishAsyncMaxPending(1<<15))
+	if err != nil {
+		b.Fatal(err)
+	}
+	loops := make([]*rawLoop, realParts)
+	for p := range loops {
+		loops[p] = newRawLoop(b, js, p, r.replicas)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	counts := make([]int, realParts)
+	errs := make([]error, realParts)
+	dirs := make([]string, realParts)
+	for p := range dirs {
+		dirs[p] = b.TempDir()
+	}
+	res := measure(b, realMsgs, func() {
+		var wg sync.WaitGroup
+		for p, l := range loops {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				counts[p], errs[p] = l.run(ctx, dirs[p])
+			}()
+		}
+		wg.Wait()
+	})
+	total := 0
+	for p := range loops {
+		if errs[p] != nil {
+			b.Fatalf("raw loop %d: %v", p, errs[p])
+		}
+		total += counts[p]
+		st, err := js.Stream(ctx, fmt.Sprintf("rawout_%d", p))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if got := st.CachedInfo().State.Msgs; got != uint64(counts[p]) {
+			b.Fatalf("raw output %d holds %d messages, want %d", p, got, counts[p])
+		}
+	}
+	if total != realMsgs {
+		b.Fatalf("raw loops consumed %d messages, want %d", total, realMsgs)
+	}
+	return res
+}
