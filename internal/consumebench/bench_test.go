@@ -63,7 +63,7 @@ func realisticBench(b *testing.B, name string, replicas int, start func() string
 		Rounds:   3,
 		Headline: []string{"ratio"},
 	}, func(r int) []benchround.Figure {
-		e := newRealistic(b, start(), replicas)
+		e := newRealistic(b, start(), replicas, realMsgs)
 		var fw, raw sideResult
 		if r%2 == 0 {
 			fw, raw = e.framework(b), e.raw(b)
@@ -112,14 +112,26 @@ type realistic struct {
 	e        *shardtest.Cluster
 }
 
-func newRealistic(b *testing.B, url string, replicas int) *realistic {
+func newRealistic(b *testing.B, url string, replicas, msgs int) *realistic {
 	e := shardtest.NewCluster(b, jetstream.NewBuilder(jetstream.Config{URL: url, Replicas: replicas}), upsertApp())
-	e.TxnMaxMessages = 0 // the service default
+	e.TxnMaxMessages = 0 // the service defaults
+	e.LagInterval = shard.DefaultLagInterval
 	for _, t := range []string{inputTopic, outputTopic} {
 		e.PutTopic(topic.Description{Name: t, Partitions: realParts})
 	}
-	publishWorkload(b, e.Pub, realMsgs)
+	publishWorkload(b, e.Pub, msgs)
 	return &realistic{url: url, replicas: replicas, e: e}
+}
+
+// specs writes the specs of the upsert shards, one per partition.
+func (r *realistic) specs() []*shard.Spec {
+	var specs []*shard.Spec
+	for p := 0; p < realParts; p++ {
+		s := &shard.Spec{ID: fmt.Sprintf("upsert-%04d", p), App: "upsert", Sources: []shard.Source{{Topic: inputTopic, Partition: p}}}
+		r.e.PutSpec(s)
+		specs = append(specs, s)
+	}
+	return specs
 }
 
 // publishWorkload publishes n messages with unique keys and incompressible
@@ -159,12 +171,7 @@ func (r *realistic) framework(b *testing.B) sideResult {
 	e := r.e
 	n := e.StartNode("bench", b.TempDir())
 	defer n.Kill() // no idle node of this round runs during the next
-	var specs []*shard.Spec
-	for p := 0; p < realParts; p++ {
-		s := &shard.Spec{ID: fmt.Sprintf("upsert-%04d", p), App: "upsert", Sources: []shard.Source{{Topic: inputTopic, Partition: p}}}
-		e.PutSpec(s)
-		specs = append(specs, s)
-	}
+	specs := r.specs()
 	last := map[string]message.MessageID{}
 	for _, s := range specs {
 		last[s.Sources[0].Channel()] = e.LastID(s.Sources[0].Channel())
@@ -173,15 +180,7 @@ func (r *realistic) framework(b *testing.B) sideResult {
 		for _, s := range specs {
 			e.Assign(n, s.ID, 0)
 		}
-		shardtest.Eventually(b, "every shard committed its partition", func() (bool, string) {
-			for _, s := range specs {
-				offs, ok := committedOffsets(n, s.ID)
-				if !ok || offs[s.Sources[0].Channel()] != last[s.Sources[0].Channel()] {
-					return false, fmt.Sprintf("%s at %v", s.ID, offs)
-				}
-			}
-			return true, ""
-		})
+		waitCommitted(b, n, specs, last)
 		shardtest.Eventually(b, "every output stored", func() (bool, string) {
 			got := countTopic(b, e.Opener, outputTopic)
 			return got >= realMsgs, fmt.Sprintf("%d of %d", got, realMsgs)

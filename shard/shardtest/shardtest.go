@@ -1,6 +1,7 @@
 package shardtest
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -78,6 +79,11 @@ type Cluster struct {
 	Logger hclog.Logger
 	// Snapshots, when set, is the snapshot configuration of nodes started later.
 	Snapshots *shard.SnapshotOptions
+	// LagInterval is how often primaries of nodes started later refresh
+	// their source lag: 20 ms unless set (tests wait on lag), which
+	// benchmarks set to the service default, as each refresh asks the
+	// backend for every source's last id.
+	LagInterval time.Duration
 }
 
 // NewCluster starts a cluster whose assignments the test writes.
@@ -209,7 +215,7 @@ func (e *Cluster) StartNodeApps(id, dir string, apps map[string]shard.App) *Node
 	n := &Node{e: e, ID: id, Dir: dir, Member: m, opener: op}
 	n.Service = shard.NewService(shard.Config{
 		Member: m, Opener: op, DataDir: dir, Apps: apps, Topics: shard.EtcdTopics(e.Client, e.Prefix),
-		TxnMaxMessages: e.TxnMaxMessages, LagInterval: 20 * time.Millisecond,
+		TxnMaxMessages: e.TxnMaxMessages, LagInterval: cmp.Or(e.LagInterval, 20*time.Millisecond),
 		Logger: e.Logger.Named(id), Snapshots: e.Snapshots,
 		Terms: &allocator.Terms{Client: e.Client, Prefix: e.Prefix},
 	})

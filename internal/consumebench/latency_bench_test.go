@@ -1,0 +1,215 @@
+package consumebench
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/consumerd/consumerd/internal/benchround"
+	"github.com/consumerd/consumerd/internal/natstest"
+	"github.com/consumerd/consumerd/shard"
+	"github.com/consumerd/consumerd/shard/shardtest"
+	"github.com/consumerd/consumerd/topic"
+	"github.com/consumerd/consumerd/wal/message"
+)
+
+// Latency workload: latencyMaxMsgs messages measure the maximum rate, then
+// latencySpan of load is offered at half of it.
+const (
+	latencyMaxMsgs = 40_000
+	latencySpan    = 5 * time.Second
+	latencyTick    = time.Millisecond
+)
+
+var latencyDiv = 2.0
+
+// BenchmarkLatency measures, for every message of a steady load at half the
+// maximum rate (measured in the same round, on the same shards, as the
+// time to consume latencyMaxMsgs stored messages), the time from its
+// publish acknowledgement until the state it changed is committed and
+// visible to a query: until its shard's committed offset (written in the
+// same batch as the state, read from the database a query reads) reaches
+// it, sampled every millisecond.
+//
+//	BENCH latency offered=N max_rate=M msgs=K rounds=R p50_ms=… p90_ms=… p99_ms=… max_ms=… min=… max=…
+//
+// min and max are of the per-round p99. Goal: p99 ≤ 50 ms.
+func BenchmarkLatency(b *testing.B) {
+	if b.N > 1 {
+		b.Skip("measured once at -benchtime 1x")
+	}
+	var offered, msgs []float64
+	res := benchround.Collect(b, 3, func(int) []benchround.Figure {
+		r := latencyRound(b)
+		offered, msgs = append(offered, r.offered), append(msgs, float64(len(r.lat)))
+		q := func(p float64) float64 { return r.lat[min(len(r.lat)-1, int(p*float64(len(r.lat))))].Seconds() * 1000 }
+		return []benchround.Figure{
+			benchround.F("max_rate", r.maxRate, 0),
+			benchround.F("p50_ms", q(0.50), 1), benchround.F("p90_ms", q(0.90), 1),
+			benchround.F("p99_ms", q(0.99), 1), benchround.F("max_ms", r.lat[len(r.lat)-1].Seconds()*1000, 1),
+			benchround.F("cpu_cores", r.cores, 2),
+		}
+	})
+	slices.Sort(offered)
+	slices.Sort(msgs)
+	res.Print("latency", fmt.Sprintf("offered=%.0f msgs=%.0f", offered[len(offered)/2], msgs[len(msgs)/2]), "p99_ms")
+}
+
+type latencyResult struct {
+	maxRate, offered float64
+	lat              []time.Duration // sorted
+	cores            float64         // CPU-seconds a second the process used under the load
+}
+
+// latencyRound measures one round on a fresh cluster.
+func latencyRound(b *testing.B) latencyResult {
+	e := newRealistic(b, natstest.Start(b), 1, latencyMaxMsgs)
+	n := e.e.StartNode("bench", b.TempDir())
+	defer n.Kill()
+	specs := e.specs()
+	chans := make([]string, len(specs))
+	for i, s := range specs {
+		chans[i] = s.Sources[0].Channel()
+	}
+
+	// The maximum rate: the stored messages consumed and committed.
+	start := time.Now()
+	for _, s := range specs {
+		e.e.Assign(n, s.ID, 0)
+	}
+	lastIDs := map[string]message.MessageID{}
+	for _, ch := range chans {
+		lastIDs[ch] = e.e.LastID(ch)
+	}
+	waitCommitted(b, n, specs, lastIDs)
+	maxRate := float64(latencyMaxMsgs) / time.Since(start).Seconds()
+	offered := maxRate / latencyDiv
+
+	// The committed offsets, sampled every millisecond.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	samples := make([][]offsetSample, len(specs))
+	var pollWG sync.WaitGroup
+	pollWG.Add(1)
+	go func() {
+		defer pollWG.Done()
+		t := time.NewTicker(latencyTick)
+		defer t.Stop()
+		for {
+			for i, s := range specs {
+				if offs, ok := committedOffsets(n, s.ID); ok {
+					id := offs[chans[i]]
+					if k := len(samples[i]); k == 0 || samples[i][k-1].id != id {
+						samples[i] = append(samples[i], offsetSample{at: time.Now(), id: id})
+					}
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+
+	// The steady load: offered messages a second, sent every tick.
+	type acked struct {
+		part int
+		id   message.MessageID
+		at   time.Time
+	}
+	var mu sync.Mutex
+	var acks []acked
+	var pubErr error
+	var pubWG sync.WaitGroup
+	desc := topic.Description{Name: inputTopic, Partitions: realParts}
+	rng := rand.New(rand.NewPCG(7, 7))
+	payload := make([]byte, realPayload)
+	loadStart, cpu0 := time.Now(), processCPU(b)
+	sent := 0
+	for tick := time.NewTicker(latencyTick); time.Since(loadStart) < latencySpan; <-tick.C {
+		due := int(offered * time.Since(loadStart).Seconds())
+		for ; sent < due; sent++ {
+			for j := range payload {
+				payload[j] = byte(rng.Uint32())
+			}
+			pubWG.Add(1)
+			e.e.Pub.PublishAsync(ctx, desc, message.MutableMessage{Key: fmt.Sprintf("load-%09d", sent), Payload: slices.Clone(payload)},
+				func(p topic.Partition, id message.MessageID, err error) {
+					now := time.Now()
+					mu.Lock()
+					defer mu.Unlock()
+					if err != nil {
+						pubErr = err
+					} else {
+						acks = append(acks, acked{part: p.Index, id: id, at: now})
+					}
+					pubWG.Done()
+				})
+		}
+	}
+	pubWG.Wait()
+	cores := (processCPU(b) - cpu0).Seconds() / time.Since(loadStart).Seconds()
+	if pubErr != nil {
+		b.Fatalf("publish load: %v", pubErr)
+	}
+	for _, ch := range chans {
+		lastIDs[ch] = e.e.LastID(ch)
+	}
+	waitCommitted(b, n, specs, lastIDs)
+	// One more sample after the last commit, then stop the poller.
+	cancel()
+	pollWG.Wait()
+	for i, s := range specs {
+		offs, _ := committedOffsets(n, s.ID)
+		samples[i] = append(samples[i], offsetSample{at: time.Now(), id: offs[chans[i]]})
+	}
+
+	lat := make([]time.Duration, 0, len(acks))
+	for _, a := range acks {
+		ss := samples[a.part]
+		k := sort.Search(len(ss), func(k int) bool { return ss[k].id >= a.id })
+		if k == len(ss) {
+			b.Fatalf("message %d of partition %d never seen committed", a.id, a.part)
+		}
+		lat = append(lat, max(0, ss[k].at.Sub(a.at)))
+	}
+	slices.Sort(lat)
+	// The state is what a query sees: the first key of the load, once.
+	key := "load-000000000"
+	sh, release, ok := n.Service.Primary(specs[topic.PartitionFor(key, realParts)].ID)
+	if !ok {
+		b.Fatal("not primary at the end")
+	}
+	v, found, err := upsertApp().Query(sh, key)
+	release()
+	if err != nil || !found || v != "1" {
+		b.Fatalf("query %s = %q, %v, %v; want 1", key, v, found, err)
+	}
+	return latencyResult{maxRate: maxRate, offered: offered, lat: lat, cores: cores}
+}
+
+type offsetSample struct {
+	at time.Time
+	id message.MessageID
+}
+
+// waitCommitted waits until every shard of specs committed its channel up
+// to last[channel].
+func waitCommitted(b *testing.B, n *shardtest.Node, specs []*shard.Spec, last map[string]message.MessageID) {
+	shardtest.Eventually(b, "every shard committed its partition", func() (bool, string) {
+		for _, s := range specs {
+			ch := s.Sources[0].Channel()
+			offs, ok := committedOffsets(n, s.ID)
+			if !ok || offs[ch] < last[ch] {
+				return false, fmt.Sprintf("%s at %v of %d", s.ID, offs, last[ch])
+			}
+		}
+		return true, ""
+	})
+}
