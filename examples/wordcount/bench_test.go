@@ -41,7 +41,7 @@ func BenchmarkConsume(b *testing.B) {
 	benchround.Run(b, benchround.Spec{
 		Name:     "shard.consume",
 		Params:   fmt.Sprintf("app=wordcount shards=%d msgs=%d", benchShards, benchMsgs),
-		Rounds:   5,
+		Rounds:   3,
 		Headline: []string{"ratio"},
 	}, func(int) []benchround.Figure {
 		rate, rawRate := consumeRound(b)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/linxGnu/grocksdb"
@@ -42,6 +43,9 @@ type RecoverResult struct {
 	Manifest *Manifest
 	// Position is the database's position after replaying the log.
 	Position recoverylog.Position
+	// RestoreDuration is the time Restore took (zero with no snapshot
+	// restored); the rest of Recover replays the log and flushes.
+	RestoreDuration time.Duration
 }
 
 // Recover rebuilds a shard's state offline into cfg.Dir, the way a new
@@ -75,10 +79,12 @@ func Recover(ctx context.Context, cfg RecoverConfig) (RecoverResult, error) {
 				ptr = &p
 			}
 		}
+		start := time.Now()
 		m, err := Restore(ctx, RestoreConfig{Store: cfg.Store, Shard: cfg.Shard, Pointer: ptr, Dir: cfg.Dir, Options: cfg.Options, Logger: logger})
 		switch {
 		case err == nil:
 			res.Manifest = m
+			res.RestoreDuration = time.Since(start)
 		case errors.Is(err, ErrNoSnapshot):
 			logger.Warn("no usable snapshot; replaying the whole recovery log", "shard", cfg.Shard, "error", err)
 		default:
