@@ -1,9 +1,7 @@
 package pipeline_test
 
 import (
-	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,7 +12,6 @@ import (
 	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/shard/shardtest"
 	"github.com/consumerd/consumerd/topic"
-	"github.com/consumerd/consumerd/wal"
 	"github.com/consumerd/consumerd/wal/message"
 	"github.com/consumerd/consumerd/wal/walimpls/jetstream"
 )
@@ -59,45 +56,10 @@ func (r *relay) Flush(shard.Shard, shard.Publisher) error {
 }
 
 // prepublish appends n messages with distinct keys to topic d.
-func prepublish(b *testing.B, e *shardtest.Cluster, d topic.Description, n int, payload func(i int) string) {
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var pubErr error
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		p := payload(i)
-		e.Pub.PublishAsync(context.Background(), d, message.MutableMessage{Key: fmt.Sprintf("k%d", i), Payload: []byte(p)},
-			func(_ topic.Partition, _ message.MessageID, err error) {
-				if err != nil {
-					mu.Lock()
-					pubErr = err
-					mu.Unlock()
-				}
-				wg.Done()
-			})
-	}
-	wg.Wait()
-	if pubErr != nil {
-		b.Fatalf("publish: %v", pubErr)
-	}
-}
-
-// countTopic is the number of messages stored in d's partitions.
-func countTopic(b *testing.B, e *shardtest.Cluster, d topic.Description) int {
-	n := 0
-	for p := 0; p < d.Partitions; p++ {
-		w, err := e.Opener.Open(context.Background(), &wal.OpenOption{Channel: topic.ChannelName(d.Name, p)})
-		if err != nil {
-			b.Fatal(err)
-		}
-		c, err := w.(wal.Counter).Count(context.Background())
-		w.Close()
-		if err != nil {
-			b.Fatal(err)
-		}
-		n += int(c)
-	}
-	return n
+func prepublish(e *shardtest.Cluster, d topic.Description, n int, payload func(i int) string) {
+	e.PublishAll(d, n, func(i int) message.MutableMessage {
+		return message.MutableMessage{Key: fmt.Sprintf("k%d", i), Payload: []byte(payload(i))}
+	})
 }
 
 // outputsRound runs the relay app on a fresh server until every output is
@@ -115,7 +77,7 @@ func outputsRound(b *testing.B, atLeastOnce bool) float64 {
 	for _, name := range []string{"in", "out"} {
 		e.PutTopic(topic.Description{Name: name, Partitions: benchParts})
 	}
-	prepublish(b, e, topic.Description{Name: "in", Partitions: benchParts}, outputMsgs, func(i int) string { return fmt.Sprintf("payload-%d", i) })
+	prepublish(e, topic.Description{Name: "in", Partitions: benchParts}, outputMsgs, func(i int) string { return fmt.Sprintf("payload-%d", i) })
 	n := e.StartNode("bench", b.TempDir())
 	start := time.Now()
 	for p := 0; p < benchParts; p++ {
@@ -125,11 +87,11 @@ func outputsRound(b *testing.B, atLeastOnce bool) float64 {
 	}
 	out := topic.Description{Name: "out", Partitions: benchParts}
 	shardtest.Eventually(b, "every output stored", func() (bool, string) {
-		got := countTopic(b, e, out)
+		got := e.CountTopic(out)
 		return got >= outputMsgs, fmt.Sprintf("%d of %d", got, outputMsgs)
 	})
 	el := time.Since(start)
-	if got := countTopic(b, e, out); got != outputMsgs {
+	if got := e.CountTopic(out); got != outputMsgs {
 		b.Fatalf("out holds %d messages, want %d", got, outputMsgs)
 	}
 	n.Kill()
@@ -182,7 +144,7 @@ func pipelineRound(b *testing.B, twoStage bool) float64 {
 			e.PutTopic(topic.Description{Name: t, Partitions: benchParts})
 		}
 	}
-	prepublish(b, e, topic.Description{Name: in, Partitions: benchParts}, pipeLines, func(i int) string { return lines[i] })
+	prepublish(e, topic.Description{Name: in, Partitions: benchParts}, pipeLines, func(i int) string { return lines[i] })
 	n := e.StartNode("bench", b.TempDir())
 	start := time.Now()
 	var last []*shard.Spec

@@ -67,26 +67,9 @@ func consumeRound(b *testing.B) (rate, rawRate float64) {
 
 	// Pre-publish N lines of a few words, routed by key.
 	lines := shardtest.Corpus(42, benchMsgs)
-	desc := topic.Description{Name: wordcount.InputTopic, Partitions: benchShards}
-	ctx := context.Background()
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var pubErr error
-	for i, l := range lines {
-		wg.Add(1)
-		e.Pub.PublishAsync(ctx, desc, message.MutableMessage{Key: fmt.Sprintf("%s#%d", l, i), Payload: []byte(l)}, func(_ topic.Partition, _ message.MessageID, err error) {
-			if err != nil {
-				mu.Lock()
-				pubErr = err
-				mu.Unlock()
-			}
-			wg.Done()
-		})
-	}
-	wg.Wait()
-	if pubErr != nil {
-		b.Fatalf("publish: %v", pubErr)
-	}
+	e.PublishAll(topic.Description{Name: wordcount.InputTopic, Partitions: benchShards}, benchMsgs, func(i int) message.MutableMessage {
+		return message.MutableMessage{Key: fmt.Sprintf("%s#%d", lines[i], i), Payload: []byte(lines[i])}
+	})
 
 	// Raw baseline: read every partition to its end through the WAL scanner,
 	// once before and once after the measured run (their mean is the

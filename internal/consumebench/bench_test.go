@@ -18,7 +18,6 @@ import (
 	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/shard/shardtest"
 	"github.com/consumerd/consumerd/topic"
-	"github.com/consumerd/consumerd/wal"
 	"github.com/consumerd/consumerd/wal/message"
 	"github.com/consumerd/consumerd/wal/walimpls/jetstream"
 )
@@ -119,7 +118,7 @@ func newRealistic(b *testing.B, url string, replicas, msgs int) *realistic {
 	for _, t := range []string{inputTopic, outputTopic} {
 		e.PutTopic(topic.Description{Name: t, Partitions: realParts})
 	}
-	publishWorkload(b, e.Pub, msgs)
+	publishWorkload(e, msgs)
 	return &realistic{url: url, replicas: replicas, e: e}
 }
 
@@ -136,32 +135,15 @@ func (r *realistic) specs() []*shard.Spec {
 
 // publishWorkload publishes n messages with unique keys and incompressible
 // payloads to inputTopic.
-func publishWorkload(tb testing.TB, pub *topic.Publisher, n int) {
-	desc := topic.Description{Name: inputTopic, Partitions: realParts}
+func publishWorkload(e *shardtest.Cluster, n int) {
 	rng := rand.New(rand.NewPCG(uint64(n), 1))
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var pubErr error
-	for i := 0; i < n; i++ {
+	e.PublishAll(topic.Description{Name: inputTopic, Partitions: realParts}, n, func(i int) message.MutableMessage {
 		payload := make([]byte, realPayload)
 		for j := range payload {
 			payload[j] = byte(rng.Uint32())
 		}
-		wg.Add(1)
-		pub.PublishAsync(context.Background(), desc, message.MutableMessage{Key: fmt.Sprintf("key-%09d", i), Payload: payload},
-			func(_ topic.Partition, _ message.MessageID, err error) {
-				if err != nil {
-					mu.Lock()
-					pubErr = err
-					mu.Unlock()
-				}
-				wg.Done()
-			})
-	}
-	wg.Wait()
-	if pubErr != nil {
-		tb.Fatalf("publish workload: %v", pubErr)
-	}
+		return message.MutableMessage{Key: fmt.Sprintf("key-%09d", i), Payload: payload}
+	})
 }
 
 // framework runs the upsert app's shards on a fresh node until every
@@ -176,17 +158,18 @@ func (r *realistic) framework(b *testing.B) sideResult {
 	for _, s := range specs {
 		last[s.Sources[0].Channel()] = e.LastID(s.Sources[0].Channel())
 	}
+	outDesc := topic.Description{Name: outputTopic, Partitions: realParts}
 	res := measure(b, realMsgs, func() {
 		for _, s := range specs {
 			e.Assign(n, s.ID, 0)
 		}
 		waitCommitted(b, n, specs, last)
 		shardtest.Eventually(b, "every output stored", func() (bool, string) {
-			got := countTopic(b, e.Opener, outputTopic)
+			got := e.CountTopic(outDesc)
 			return got >= realMsgs, fmt.Sprintf("%d of %d", got, realMsgs)
 		})
 	})
-	if got := countTopic(b, e.Opener, outputTopic); got != realMsgs {
+	if got := e.CountTopic(outDesc); got != realMsgs {
 		b.Fatalf("%s holds %d messages, want %d (exactly one per input)", outputTopic, got, realMsgs)
 	}
 	keys := 0
@@ -229,24 +212,6 @@ func countRecords(b *testing.B, n *shardtest.Node, id string) int {
 		v.Free()
 	}
 	return c
-}
-
-// countTopic is the number of messages stored in name's partitions.
-func countTopic(b *testing.B, op wal.Opener, name string) int {
-	n := 0
-	for p := 0; p < realParts; p++ {
-		w, err := op.Open(context.Background(), &wal.OpenOption{Channel: topic.ChannelName(name, p)})
-		if err != nil {
-			b.Fatal(err)
-		}
-		c, err := w.(wal.Counter).Count(context.Background())
-		w.Close()
-		if err != nil {
-			b.Fatal(err)
-		}
-		n += int(c)
-	}
-	return n
 }
 
 // raw runs one raw loop per partition, in parallel, over the same stored

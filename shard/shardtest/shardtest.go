@@ -351,6 +351,50 @@ func (e *Cluster) Publish(p int, lines ...string) {
 	}
 }
 
+// PublishAll publishes n messages, msg(0) … msg(n-1), to topic d routed by
+// key, all in flight at once, and waits for every acknowledgement (a
+// benchmark's stored input).
+func (e *Cluster) PublishAll(d topic.Description, n int, msg func(i int) message.MutableMessage) {
+	e.t.Helper()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var pubErr error
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		e.Pub.PublishAsync(context.Background(), d, msg(i), func(_ topic.Partition, _ message.MessageID, err error) {
+			if err != nil {
+				mu.Lock()
+				pubErr = err
+				mu.Unlock()
+			}
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	if pubErr != nil {
+		e.t.Fatalf("publish to %s: %v", d.Name, pubErr)
+	}
+}
+
+// CountTopic is the number of messages stored in topic d's partitions.
+func (e *Cluster) CountTopic(d topic.Description) int {
+	e.t.Helper()
+	n := 0
+	for p := 0; p < d.Partitions; p++ {
+		w, err := e.Opener.Open(context.Background(), &wal.OpenOption{Channel: topic.ChannelName(d.Name, p)})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		c, err := w.(wal.Counter).Count(context.Background())
+		w.Close()
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		n += int(c)
+	}
+	return n
+}
+
 // LastID is the last id of channel.
 func (e *Cluster) LastID(channel string) message.MessageID {
 	e.t.Helper()
