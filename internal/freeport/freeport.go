@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -33,10 +34,29 @@ func ephemeralLow() int {
 	return lo
 }
 
+// given holds every port Pick returned in this process: a test picks
+// several ports before it binds any, so a random pick must not repeat one
+// (two picks once gave an embedded etcd the same client and peer port).
+var (
+	givenMu sync.Mutex
+	given   = map[int]bool{}
+)
+
+// take records port as given; false if it was already.
+func take(port int) bool {
+	givenMu.Lock()
+	defer givenMu.Unlock()
+	if given[port] {
+		return false
+	}
+	given[port] = true
+	return true
+}
+
 // Pick returns a TCP port on 127.0.0.1 that is free now and outside the
 // ephemeral range, so only another explicit choice can take it before the
-// caller binds it. Where the range is unknown it falls back to a port the
-// kernel picks.
+// caller binds it, and that it never returned before in this process.
+// Where the range is unknown it falls back to a port the kernel picks.
 func Pick() (int, error) {
 	hi := ephemeralLow()
 	if hi == 0 {
@@ -51,18 +71,28 @@ func Pick() (int, error) {
 			continue
 		}
 		_ = l.Close()
+		if !take(port) {
+			last = fmt.Errorf("port %d already given", port)
+			continue
+		}
 		return port, nil
 	}
 	return 0, fmt.Errorf("freeport: no free port in [%d, %d) after 100 tries: %w", lowest, hi, last)
 }
 
 func kernelPick() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("freeport: %w", err)
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, fmt.Errorf("freeport: %w", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		if take(port) {
+			return port, nil
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, fmt.Errorf("freeport: the kernel gave 100 ports already given")
 }
 
 // Port is Pick for tests: it fails tb instead of returning an error.

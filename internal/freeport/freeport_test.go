@@ -25,3 +25,17 @@ func TestPickIsBelowTheEphemeralRangeAndBindable(t *testing.T) {
 		_ = l.Close()
 	}
 }
+
+// TestPickNeverRepeats: a test picks all its ports before it binds any,
+// so no two picks of a process may be the same port (with random picks
+// from some 12,000 ports, 2,000 picks repeat one almost surely).
+func TestPickNeverRepeats(t *testing.T) {
+	seen := map[int]bool{}
+	for i := range 2000 {
+		p := Port(t)
+		if seen[p] {
+			t.Fatalf("pick %d returned port %d again", i, p)
+		}
+		seen[p] = true
+	}
+}
