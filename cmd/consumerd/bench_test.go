@@ -32,6 +32,10 @@ const failoverLoad = 4000
 // BenchmarkFailover: a snapshot about every half minute at failoverLoad.
 const failoverSnapshotBytes = 2 << 20
 
+// benchPoll is how often BenchmarkFailover polls: the waits between a kill
+// and the next cost its run time thirty times over.
+const benchPoll = 20 * time.Millisecond
+
 // BenchmarkFailover measures, at lease TTLs 2s and 10s, the seconds from
 // SIGKILL of a member holding primaries until each of its shards has
 // committed a transaction on its new primary, the shard's hot standby on
@@ -98,7 +102,7 @@ func benchFailover(b *testing.B, ttl time.Duration) {
 
 	load := startLoad(b, c, "words", nShards, failoverLoad)
 	loadStart := time.Now()
-	pollFast(b, 60*time.Second, "every primary to commit the load", func() (bool, string) {
+	waitEvery(b, benchPoll, 60*time.Second, "every primary to commit the load", func() (bool, string) {
 		n := 0
 		for _, m := range members {
 			st, err := memberStatus(m)
@@ -355,7 +359,7 @@ func successorCommit(ctx context.Context, op wal.Opener, shard string, after mes
 // last_commit (which it has only after its own first) at or after at.
 func checkCommitted(tb testing.TB, members []*member, victim *member, shard string, at time.Time) {
 	tb.Helper()
-	pollFast(tb, 10*time.Second, "the new primary of "+shard+" to report the commit the log holds", func() (bool, string) {
+	waitEvery(tb, benchPoll, 10*time.Second, "the new primary of "+shard+" to report the commit the log holds", func() (bool, string) {
 		for _, m := range members {
 			if m == victim {
 				continue
@@ -388,21 +392,4 @@ func memberStatus(m *member) (daemon.StatusResponse, error) {
 		return st, fmt.Errorf("/v1/status of %s: decoding: %w", m.id, err)
 	}
 	return st, nil
-}
-
-// pollFast is waitFor polling every 20ms: waits between a kill and the
-// next cost the benchmark's run time thirty times over.
-func pollFast(tb testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
-	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, msg := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %s waiting for %s; last: %s", timeout, what, msg)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

@@ -159,6 +159,12 @@ func (p *proc) tail(n int) string {
 // passes; on timeout it fails with the last message cond gave.
 func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
 	tb.Helper()
+	waitEvery(tb, 100*time.Millisecond, timeout, what, cond)
+}
+
+// waitEvery is waitFor polling cond every interval.
+func waitEvery(tb testing.TB, interval, timeout time.Duration, what string, cond func() (bool, string)) {
+	tb.Helper()
 	deadline := time.Now().Add(timeout)
 	last := ""
 	for {
@@ -172,7 +178,7 @@ func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() (boo
 		if time.Now().After(deadline) {
 			tb.Fatalf("timed out after %s waiting for %s; last: %s", timeout, what, last)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(interval)
 	}
 }
 

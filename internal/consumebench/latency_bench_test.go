@@ -26,8 +26,6 @@ const (
 	latencyTick    = time.Millisecond
 )
 
-var latencyDiv = 2.0
-
 // BenchmarkLatency measures, for every message of a steady load at half the
 // maximum rate (measured in the same round, on the same shards, as the
 // time to consume latencyMaxMsgs stored messages), the time from its
@@ -88,7 +86,7 @@ func latencyRound(b *testing.B) latencyResult {
 	}
 	waitCommitted(b, n, specs, lastIDs)
 	maxRate := float64(latencyMaxMsgs) / time.Since(start).Seconds()
-	offered := maxRate / latencyDiv
+	offered := maxRate / 2
 
 	// The committed offsets, sampled every millisecond.
 	ctx, cancel := context.WithCancel(context.Background())
