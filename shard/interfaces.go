@@ -110,6 +110,12 @@ type Publisher interface {
 	Publish(topicName string, msg message.MutableMessage) error
 	// PublishTo stages msg for an explicit partition.
 	PublishTo(part topic.Partition, msg message.MutableMessage) error
+	// Partitions is the partition count of topicName, as Publish routes by
+	// (its record in etcd): e.g. to send a control message, such as a
+	// watermark, to every partition of an output, or to learn how many
+	// shards read a source topic. Any topic with a record may be named,
+	// not only outputs.
+	Partitions(topicName string) (int, error)
 }
 
 // Filterer is optionally implemented by a Consumer to drop or rewrite keys

@@ -257,6 +257,14 @@ func (p *txnPublisher) PublishTo(part topic.Partition, msg message.MutableMessag
 	return p.stage(d, part, msg)
 }
 
+func (p *txnPublisher) Partitions(topicName string) (int, error) {
+	d, err := p.topics.get(p.sh.ctx, topicName)
+	if err != nil {
+		return 0, fmt.Errorf("partitions of topic %s: %w", topicName, err)
+	}
+	return d.Partitions, nil
+}
+
 func (p *txnPublisher) stage(_ topic.Description, part topic.Partition, msg message.MutableMessage) error {
 	if p.open == 0 {
 		p.open = p.st.last + 1
