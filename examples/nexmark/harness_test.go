@@ -1,0 +1,191 @@
+package nexmark
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/consumerd/consumerd/allocator"
+	"github.com/consumerd/consumerd/shard"
+	"github.com/consumerd/consumerd/shard/shardtest"
+	"github.com/consumerd/consumerd/topic"
+	"github.com/consumerd/consumerd/wal"
+	"github.com/consumerd/consumerd/wal/message"
+	"github.com/consumerd/consumerd/wal/walimpls/memory"
+	"github.com/consumerd/consumerd/windows"
+)
+
+// testPartitions is the partition count of the sources in tests.
+const testPartitions = 2
+
+// testRate is the event-time rate of test runs: 1000 events/s, so 20 k
+// events span 20 s and the windowed queries close several windows.
+const testRate = 1000
+
+// runQueries runs qs on an in-process cluster of two nodes (every shard a
+// primary on a and a hot standby on b) over events generated events, checks
+// every query's output equals its model, and returns the rows per query.
+// With kill, node a is killed once half the events are published and some
+// output is committed, and b's standbys take over.
+func runQueries(t *testing.T, qs []Query, events uint64, kill bool) map[string][]string {
+	t.Helper()
+	var apps []shardApp
+	for _, q := range qs {
+		apps = append(apps, q.Stages...)
+	}
+	e := shardtest.NewCluster(t, memory.NewBuilder(), apps...)
+	e.TxnMaxMessages = 50
+	for _, name := range SourceTopics {
+		e.PutTopic(topic.Description{Name: name, Partitions: testPartitions})
+	}
+	for _, q := range qs {
+		for _, ts := range q.Topics {
+			e.PutTopic(topic.Description{Name: ts.Name, Partitions: ts.Partitions(testPartitions)})
+		}
+	}
+	a, b := e.StartNode("a", t.TempDir()), e.StartNode("b", t.TempDir())
+	var ids []string
+	for _, q := range qs {
+		for _, app := range q.Stages {
+			n := testPartitions
+			for _, ts := range q.Topics {
+				if ts.Name == app.Topics[0] {
+					n = ts.Partitions(testPartitions)
+				}
+			}
+			specs, err := app.SpecsFor(n, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range specs {
+				e.PutSpec(s)
+				e.Assign(a, s.ID, 0)
+				e.Assign(b, s.ID, 1)
+				ids = append(ids, s.ID)
+			}
+		}
+	}
+	for _, id := range ids {
+		e.WaitState(a, id, 0, allocator.StatePrimary)
+		e.WaitState(b, id, 1, allocator.StateStandby)
+	}
+
+	g, err := NewGenerator(1, testRate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish := func(from, to uint64) {
+		var ev Event
+		for n := from; n < to; n++ {
+			g.Event(n, &ev)
+			d := topic.Description{Name: ev.Topic(), Partitions: testPartitions}
+			msg := message.MutableMessage{Key: ev.Key(), Payload: ev.Append(nil), DedupeID: fmt.Sprintf("nexmark/1/%d", n)}
+			if _, _, err := e.Pub.Publish(context.Background(), d, msg); err != nil {
+				t.Fatalf("publish event %d: %v", n, err)
+			}
+		}
+	}
+	half := events / 2
+	publish(0, half)
+	if kill {
+		// Some output committed (and maybe not yet published) when a dies.
+		shardtest.Eventually(t, "some output before the kill", func() (bool, string) {
+			for _, q := range qs {
+				if e.CountTopic(topic.Description{Name: q.Output, Partitions: testPartitions}) > 0 {
+					return true, ""
+				}
+			}
+			return false, "no output yet"
+		})
+		a.Kill()
+		for _, id := range ids {
+			e.Promote(b, id, 1)
+		}
+		for _, id := range ids {
+			e.WaitState(b, id, 0, allocator.StatePrimary)
+		}
+	}
+	publish(half, events)
+	for _, name := range SourceTopics {
+		for p := 0; p < testPartitions; p++ {
+			end := windows.Mark{Sender: 0, Senders: 1, Time: windows.MaxTime}.Message()
+			if _, err := e.Pub.PublishTo(context.Background(), topic.Partition{Topic: name, Index: p}, end); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	out := map[string][]string{}
+	for _, q := range qs {
+		parts := testPartitions
+		for _, ts := range q.Topics {
+			if ts.Name == q.Output {
+				parts = ts.Partitions(testPartitions)
+			}
+		}
+		var rows []string
+		shardtest.Eventually(t, q.Name+" to finish its output", func() (bool, string) {
+			var done bool
+			var why string
+			rows, done, why = readOutput(t, e, topic.Description{Name: q.Output, Partitions: parts})
+			return done, why
+		})
+		want := q.Model(g.Events(events))
+		if len(want) == 0 {
+			t.Errorf("%s: the model has no rows over %d events: the run checks nothing", q.Name, events)
+		}
+		if d := Diff(rows, want); d != "" {
+			t.Errorf("%s (kill=%v): output differs from the model: %s", q.Name, kill, d)
+		}
+		out[q.Name] = rows
+	}
+	return out
+}
+
+type shardApp = shard.App
+
+// readOutput reads every partition of an output topic: its rows, and whether
+// every partition holds an end mark (MaxTime) from every sender.
+func readOutput(t *testing.T, e *shardtest.Cluster, d topic.Description) (rows []string, done bool, why string) {
+	t.Helper()
+	done = true
+	for p := 0; p < d.Partitions; p++ {
+		ch := topic.ChannelName(d.Name, p)
+		last := e.LastID(ch)
+		ended, senders := map[int]bool{}, 0
+		if last > 0 {
+			w, err := e.Opener.Open(context.Background(), &wal.OpenOption{Channel: ch})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := w.Read(context.Background(), wal.ReadOption{Name: "check", DeliverPolicy: wal.DeliverAll()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for m := range s.Chan() {
+				mk, ok, err := windows.MarkOf(m)
+				switch {
+				case err != nil:
+					t.Fatalf("%s message %d: %v", ch, m.ID, err)
+				case ok:
+					senders = mk.Senders
+					if mk.Time == windows.MaxTime {
+						ended[mk.Sender] = true
+					}
+				default:
+					rows = append(rows, string(m.Payload))
+				}
+				if m.ID >= last {
+					break
+				}
+			}
+			s.Close()
+			w.Close()
+		}
+		if senders == 0 || len(ended) < senders {
+			done = false
+			why = fmt.Sprintf("%s: %d of %d senders ended", ch, len(ended), senders)
+		}
+	}
+	return rows, done, why
+}

@@ -1,0 +1,26 @@
+package nexmark
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestQueriesEqualModels runs every query over 20 k events, without and with
+// a primary killed mid-run: each output equals its model exactly.
+func TestQueriesEqualModels(t *testing.T) {
+	for _, kill := range []bool{false, true} {
+		name := "steady"
+		if kill {
+			name = "kill"
+		}
+		t.Run(name, func(t *testing.T) {
+			rows := runQueries(t, Queries(), 20000, kill)
+			for _, q := range Queries() {
+				t.Logf("%s: %d rows", q.Name, len(rows[q.Name]))
+			}
+		})
+	}
+}
