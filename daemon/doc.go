@@ -47,7 +47,14 @@
 //
 //   - Main / Run: run the command line, return the exit code (0 ok, 1 error,
 //     2 usage error). Errors print as one line; panics are caught.
-//   - Options: the apps a binary knows, and its streams/env/signals (tests).
+//   - Options: the apps a binary knows, its name in help and errors, extra
+//     client commands, and its streams/env/signals (tests).
+//   - Command, Client (command.go): a custom daemon's own client
+//     subcommand, with the built-in connection flags, run with a connected
+//     Client whose CreateTopic, ApplySpecs, ReadPartition and
+//     FollowPartition are the code paths of `topics create`, `shards apply`
+//     and `read`; UsageError makes its flag errors exit 2. cmd/nexmark is
+//     one (examples/nexmark: setup, generate, check).
 //   - serveConfig (config.go): serve's flags, with Validate naming the bad
 //     flag; serve (serve.go) runs a member with it.
 //   - Snapshot support (snapshots.go): the snapshot store serve hands the

@@ -31,6 +31,14 @@ type Options struct {
 	// Signals, when set, replaces SIGINT/SIGTERM as serve's shutdown
 	// requests (tests send on it).
 	Signals <-chan os.Signal
+	// Name is the program's name in help and error messages (default
+	// "consumerd"): a custom daemon's users type its own name. It is a
+	// field rather than os.Args[0] so that help reads the same however the
+	// binary was invoked (a symlink, a test binary, go run).
+	Name string
+	// Commands are extra client subcommands of a custom daemon, added next
+	// to the built-in ones and connected like them (see Command).
+	Commands []Command
 }
 
 // Main runs the consumerd command line (os.Args) with apps registered and
@@ -48,9 +56,10 @@ func Main(apps ...shard.App) int {
 // exit code, as Main does.
 func Run(ctx context.Context, args []string, opts Options) (code int) {
 	opts = opts.withDefaults()
+	name := opts.Name
 	defer func() {
 		if r := recover(); r != nil {
-			fmt.Fprintf(opts.Stderr, "consumerd: internal error: %v\n", r)
+			fmt.Fprintf(opts.Stderr, "%s: internal error: %v\n", name, r)
 			code = 1
 		}
 	}()
@@ -62,17 +71,17 @@ func Run(ctx context.Context, args []string, opts Options) (code int) {
 	}
 	var ue usageError
 	if errors.As(err, &ue) || isCobraUsageError(err) {
-		fmt.Fprintf(opts.Stderr, "consumerd: %v\nRun 'consumerd --help' for usage.\n", err)
+		fmt.Fprintf(opts.Stderr, "%s: %v\nRun '%s --help' for usage.\n", name, err, name)
 		return 2
 	}
 	var ec exitCodeError
 	if errors.As(err, &ec) {
 		if ec.err != nil {
-			fmt.Fprintf(opts.Stderr, "consumerd: %v\n", ec.err)
+			fmt.Fprintf(opts.Stderr, "%s: %v\n", name, ec.err)
 		}
 		return ec.code
 	}
-	fmt.Fprintf(opts.Stderr, "consumerd: %v\n", err)
+	fmt.Fprintf(opts.Stderr, "%s: %v\n", name, err)
 	return 1
 }
 
@@ -88,6 +97,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.LookupEnv == nil {
 		o.LookupEnv = os.LookupEnv
+	}
+	if o.Name == "" {
+		o.Name = "consumerd"
 	}
 	return o
 }
@@ -150,6 +162,16 @@ func (e usageError) Unwrap() error { return e.err }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 
+// UsageError marks err as a usage error: Run prints it with a pointer to
+// --help and exits 2, as for a bad built-in flag. A Command's Run returns
+// it for a bad value of one of its own flags. A nil err stays nil.
+func UsageError(err error) error {
+	if err == nil {
+		return nil
+	}
+	return usageError{err}
+}
+
 // exitCodeError carries a specific exit code (err may be nil: already reported).
 type exitCodeError struct {
 	code int
@@ -180,7 +202,7 @@ func isCobraUsageError(err error) bool {
 func newCommand(opts Options) *cobra.Command {
 	opts = opts.withDefaults()
 	root := &cobra.Command{
-		Use:   "consumerd",
+		Use:   opts.Name,
 		Short: "Run stateful stream consumers as a cluster (etcd + NATS JetStream + RocksDB)",
 		Long: `consumerd runs stateful stream consumers as a cluster. Members register in etcd;
 the allocator leader assigns shards (a primary and hot standbys) to members; each
@@ -215,6 +237,7 @@ A flag given on the command line wins over its environment variable.`,
 	root.AddCommand(newPublishCommand(opts))
 	root.AddCommand(newReadCommand(opts))
 	root.AddCommand(newQueryCommand(opts))
+	addCustomCommands(root, opts) // command.go
 
 	var annotate func(c *cobra.Command)
 	annotate = func(c *cobra.Command) {

@@ -163,7 +163,8 @@ bounded by --dial-timeout.`,
 				return err
 			}
 			defer opener.Close()
-			r := &reader{cf: cf, topic: topicName, start: start, out: newMessageWriter(cmd.OutOrStdout(), output)}
+			mw := newMessageWriter(cmd.OutOrStdout(), output)
+			r := &reader{cf: cf, topic: topicName, start: start, out: mw}
 			if err := r.open(ctx, opener, parts); err != nil {
 				return err
 			}
@@ -176,7 +177,7 @@ bounded by --dial-timeout.`,
 			} else {
 				err = r.toHeads(ctx)
 			}
-			if ferr := r.out.flush(); err == nil && ferr != nil {
+			if ferr := mw.flush(); err == nil && ferr != nil {
 				err = fmt.Errorf("writing output: %w", ferr)
 			}
 			return err
@@ -192,14 +193,29 @@ bounded by --dial-timeout.`,
 	return cmd
 }
 
-// reader is one read command's partitions.
+// reader is one read command's partitions (or one Client.ReadPartition's).
 type reader struct {
 	cf    clientFlags
 	topic string
 	start readStart
-	out   *messageWriter
+	out   messageSink
 	parts []*readPartition
 }
+
+// messageSink is where a reader delivers messages: the read command's
+// messageWriter, or a Command's callback (funcSink).
+type messageSink interface {
+	write(partition int, m *message.ImmutableMessage) error
+	// flush is called after each message a follow delivers, so a follower
+	// sees it at once.
+	flush() error
+}
+
+// funcSink hands each message to fn; it buffers nothing.
+type funcSink func(message.ImmutableMessage) error
+
+func (f funcSink) write(_ int, m *message.ImmutableMessage) error { return f(*m) }
+func (funcSink) flush() error                                     { return nil }
 
 // readPartition is one partition being read.
 type readPartition struct {

@@ -64,7 +64,11 @@ var (
 	timersPrefix  = []byte("t/")
 )
 
+// stages are every stage made by app, by app name (CommittedWatermark).
+var stages = map[string]stage{}
+
 func (st stage) app() shard.App {
+	stages[st.name] = st
 	return shard.App{
 		Name:        st.name,
 		Topics:      st.inputs,
@@ -164,4 +168,21 @@ func (r *runner) Flush(s shard.Shard, pub shard.Publisher) error {
 	}
 	r.tracker.Flush(s.Transaction())
 	return nil
+}
+
+// CommittedWatermark is the watermark a stage's shard has committed, read
+// from a (read-only) primary's Database: MaxTime once the shard committed its
+// end of input, and with it the end marks it sent to its outputs. A tool
+// uses it to learn that a query's final stage is done without reading the
+// output.
+func CommittedWatermark(sh shard.Shard) (int64, error) {
+	st, ok := stages[sh.Spec().App]
+	if !ok {
+		return 0, fmt.Errorf("shard %s: app %q is not a nexmark stage", sh.ID(), sh.Spec().App)
+	}
+	t := windows.NewTracker(trackerPrefix, watermarkDelay, st.marked...)
+	if err := t.Load(sh); err != nil {
+		return 0, fmt.Errorf("shard %s: %w", sh.ID(), err)
+	}
+	return t.Current(), nil
 }
