@@ -8,7 +8,7 @@ APT_PKGS  := librocksdb-dev etcd-server etcd-client nats-server prometheus chrom
 # TESTFLAGS: -race catches data races; the timeout bounds a hung test well under CI's limit.
 TESTFLAGS ?= -race -count=1 -timeout 25m
 
-.PHONY: deps build test bench bench-quick chaos run lint staticcheck-install clean
+.PHONY: deps build test bench bench-quick bench-nexmark chaos run lint staticcheck-install clean
 
 # deps installs the system packages the build and tests need, only when missing.
 deps:
@@ -38,6 +38,12 @@ bench:
 
 bench-quick:
 	CONSUMERD_BENCH_ROUNDS=1 $(GO) test $(BENCHFLAGS) $(PKGS) | grep -E '^(BENCH|ok|FAIL|---)'
+
+# bench-nexmark runs every Nexmark query over the same 1 M generated events
+# (CONSUMERD_NEXMARK_EVENTS=N for another size), 3 rounds, and prints one
+# BENCH nexmark.qN line each against Flink's published per-core figure.
+bench-nexmark:
+	$(GO) test -run '^$$' -bench Nexmark -benchtime 1x -timeout 30m ./examples/nexmark/ | grep -E '^(BENCH|ok|FAIL|---)'
 
 # chaos runs the chaos harness (internal/chaos) once per seed: network namespaces
 # with a 3-node etcd, a 3-node JetStream cluster (R=3, fsync always) and 4

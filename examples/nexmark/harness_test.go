@@ -146,7 +146,7 @@ type shardApp = shard.App
 
 // readOutput reads every partition of an output topic: its rows, and whether
 // every partition holds an end mark (MaxTime) from every sender.
-func readOutput(t *testing.T, e *shardtest.Cluster, d topic.Description) (rows []string, done bool, why string) {
+func readOutput(t testing.TB, e *shardtest.Cluster, d topic.Description) (rows []string, done bool, why string) {
 	t.Helper()
 	done = true
 	for p := 0; p < d.Partitions; p++ {

@@ -30,8 +30,11 @@ type Query struct {
 // TopicSpec is a topic a query creates.
 type TopicSpec struct {
 	Name string
-	// Single is true for a topic of one partition (a global aggregate's
-	// second stage); otherwise it has as many partitions as the sources.
+	// Single is true for a topic of one partition. No query needs it: a
+	// global aggregate's second stage (q5, q7) gets every candidate of a
+	// window in one partition by keying them by the window, so its topic has
+	// as many partitions as the sources, like every other — and so fits the
+	// topics the embedded default creates (4 partitions each).
 	Single bool
 }
 
