@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/consumerd/consumerd/internal/freeport"
+	"github.com/consumerd/consumerd/internal/natsproc"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -37,45 +38,12 @@ func consumerdBinary(tb testing.TB) string {
 	return path
 }
 
-// The nats-server of go.mod, built from the module once per test binary
-// (the go build cache makes it quick) into a directory TestMain removes.
-var (
-	natsBuild struct {
-		once sync.Once
-		dir  string
-		path string
-		err  error
-	}
-)
-
-// natsServer returns the path of the go.mod nats-server, building it on
-// first use.
-func natsServer(tb testing.TB) string {
-	tb.Helper()
-	b := &natsBuild
-	b.once.Do(func() {
-		b.dir, b.err = os.MkdirTemp("", "consumerd-nats-server-")
-		if b.err != nil {
-			return
-		}
-		b.path = filepath.Join(b.dir, "nats-server")
-		out, err := exec.Command("go", "build", "-o", b.path, "github.com/nats-io/nats-server/v2").CombinedOutput()
-		if err != nil {
-			b.err = fmt.Errorf("go build github.com/nats-io/nats-server/v2: %v\n%s", err, out)
-		}
-	})
-	if b.err != nil {
-		tb.Fatalf("building the go.mod nats-server: %v", b.err)
-	}
-	return b.path
-}
+// natsServer returns the path of the go.mod nats-server, built from the
+// module on first use (internal/natsproc).
+func natsServer(tb testing.TB) string { return natsproc.Binary(tb) }
 
 // removeBuiltServers removes what natsServer built (called by TestMain).
-func removeBuiltServers() {
-	if natsBuild.dir != "" {
-		_ = os.RemoveAll(natsBuild.dir)
-	}
-}
+func removeBuiltServers() { natsproc.Cleanup() }
 
 // findBinary locates an external server binary or skips the test.
 func findBinary(tb testing.TB, name string) string {

@@ -105,7 +105,7 @@ func (r *runner) InitShard(s shard.Shard) error {
 	if err := r.tracker.Load(s); err != nil {
 		return fmt.Errorf("%s: %w", r.st.name, err)
 	}
-	r.c = stageCtx{s: s, timers: windows.NewTimers(timersPrefix)}
+	r.c = stageCtx{s: s, timers: windows.NewTimers(timersPrefix), wm: windows.MinTime}
 	if err := r.c.timers.Load(s.Database(), s.ReadOptions()); err != nil {
 		return fmt.Errorf("%s: %w", r.st.name, err)
 	}
