@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -66,7 +69,7 @@ func BenchmarkNexmark(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	qs := Queries()
+	qs := benchQueries(b)
 	models := map[string][]string{}
 	for _, q := range qs {
 		models[q.Name] = q.Model(g.Events(events))
@@ -195,6 +198,7 @@ func runOne(b *testing.B, e *shardtest.Cluster, q Query, round int) (struct{ wal
 	}
 	node := e.StartNodeApps(fmt.Sprintf("%s-%d", q.Name, round), b.TempDir(), apps)
 	defer node.Kill()
+	stopProfile := spanProfile(b, q.Name, round)
 	cpu0, t0 := processCPU(b), time.Now()
 	for _, s := range specs {
 		e.PutSpec(s)
@@ -218,6 +222,7 @@ func runOne(b *testing.B, e *shardtest.Cluster, q Query, round int) (struct{ wal
 		return true, ""
 	})
 	s := struct{ wall, cpu time.Duration }{time.Since(t0), processCPU(b) - cpu0}
+	stopProfile()
 	for _, id := range ids {
 		if st, ok := e.Status(node, id, 0); !ok || st.State != allocator.StatePrimary {
 			b.Fatalf("%s: %+v", id, st)
@@ -256,4 +261,40 @@ func waitUntil(b *testing.B, timeout time.Duration, what string, cond func() (bo
 		}
 		time.Sleep(10 * time.Millisecond) // a committed watermark has no notification
 	}
+}
+
+// benchQueries are the queries to run: CONSUMERD_NEXMARK_QUERIES (e.g.
+// "q0,q5", to profile one), or all.
+func benchQueries(b *testing.B) []Query {
+	s := os.Getenv("CONSUMERD_NEXMARK_QUERIES")
+	if s == "" {
+		return Queries()
+	}
+	var qs []Query
+	for _, name := range strings.Split(s, ",") {
+		q, ok := Lookup(strings.TrimSpace(name))
+		if !ok {
+			b.Fatalf("CONSUMERD_NEXMARK_QUERIES=%q: no query %q", s, name)
+		}
+		qs = append(qs, q)
+	}
+	return qs
+}
+
+// spanProfile starts a CPU profile of one query's measured span when
+// CONSUMERD_NEXMARK_CPUPROFILE names a directory (a whole-benchmark
+// -cpuprofile would mix in the generator and the checks): <dir>/<qN>-<round>.prof.
+func spanProfile(b *testing.B, query string, round int) (stop func()) {
+	dir := os.Getenv("CONSUMERD_NEXMARK_CPUPROFILE")
+	if dir == "" {
+		return func() {}
+	}
+	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.prof", query, round)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }
 }

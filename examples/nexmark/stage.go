@@ -44,6 +44,13 @@ type fireGrouper interface {
 	afterFire(c *stageCtx) error
 }
 
+// txnFlusher is optionally implemented by a logic that keeps state changed
+// by many messages of a transaction in memory and writes it once:
+// flushTxn is called at the start of every Flush, before timers fire.
+type txnFlusher interface {
+	flushTxn(c *stageCtx) error
+}
+
 // stageCtx is what a logic works with; one per primary.
 type stageCtx struct {
 	s      shard.Shard
@@ -132,6 +139,11 @@ func (r *runner) Consume(s shard.Shard, env topic.Envelope, pub shard.Publisher)
 
 func (r *runner) Flush(s shard.Shard, pub shard.Publisher) error {
 	r.c.pub = pub
+	if f, ok := r.logic.(txnFlusher); ok {
+		if err := f.flushTxn(&r.c); err != nil {
+			return fmt.Errorf("%s: %w", r.st.name, err)
+		}
+	}
 	wm := r.tracker.Current()
 	r.c.wm = wm
 	if wm > windows.MinTime {
