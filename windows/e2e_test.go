@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -11,7 +12,6 @@ import (
 	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/shard/shardtest"
 	"github.com/consumerd/consumerd/topic"
-	"github.com/consumerd/consumerd/wal"
 	"github.com/consumerd/consumerd/wal/message"
 	"github.com/consumerd/consumerd/wal/walimpls/memory"
 	"github.com/consumerd/consumerd/windows"
@@ -28,36 +28,6 @@ func e2eSpecs() []*shard.Spec {
 	for p := 0; p < partialsParts; p++ {
 		out = append(out, &shard.Spec{ID: fmt.Sprintf("%s-%04d", TotalName, p), App: TotalName, HotStandbys: 1,
 			Sources: []shard.Source{{Topic: Partials, Partition: p}}})
-	}
-	return out
-}
-
-// readTopic returns every message of a topic's partitions.
-func readTopic(t *testing.T, e *shardtest.Cluster, d topic.Description) []message.ImmutableMessage {
-	t.Helper()
-	var out []message.ImmutableMessage
-	for p := 0; p < d.Partitions; p++ {
-		ch := topic.ChannelName(d.Name, p)
-		last := e.LastID(ch)
-		if last == 0 {
-			continue
-		}
-		w, err := e.Opener.Open(context.Background(), &wal.OpenOption{Channel: ch})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := w.Read(context.Background(), wal.ReadOption{Name: "test", DeliverPolicy: wal.DeliverAll()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for m := range s.Chan() {
-			out = append(out, m)
-			if m.ID >= last {
-				break
-			}
-		}
-		s.Close()
-		w.Close()
 	}
 	return out
 }
@@ -131,7 +101,7 @@ func TestTumblingCountThroughFailover(t *testing.T) {
 
 	var got []message.ImmutableMessage
 	shardtest.Eventually(t, "totals to hold every window", func() (bool, string) {
-		got = readTopic(t, e, totalsTopic)
+		got = slices.Concat(e.ReadTopic(totalsTopic)...)
 		return len(got) >= len(want), fmt.Sprintf("%d of %d windows", len(got), len(want))
 	})
 	totals := map[int64]int64{}
@@ -151,7 +121,7 @@ func TestTumblingCountThroughFailover(t *testing.T) {
 	// Windows fired mid-stream, not only at the end of input: stage one
 	// sent marks below MaxTime, interleaved with its partials.
 	midMarks := 0
-	for _, m := range readTopic(t, e, topic.Description{Name: Partials, Partitions: partialsParts}) {
+	for _, m := range slices.Concat(e.ReadTopic(topic.Description{Name: Partials, Partitions: partialsParts})...) {
 		if mk, ok, err := windows.MarkOf(m); err != nil {
 			t.Fatal(err)
 		} else if ok && mk.Time != windows.MaxTime {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/consumerd/consumerd/daemon"
 	"github.com/consumerd/consumerd/topic"
+	"github.com/consumerd/consumerd/wal"
 	"github.com/consumerd/consumerd/wal/message"
 	"github.com/consumerd/consumerd/windows"
 )
@@ -30,12 +31,15 @@ func checkCommand() daemon.Command {
 		Short: "Compare queries' committed output with their models over the recorded run",
 		Long: `check regenerates the recorded run's events (see generate) and, for each selected
 query, waits until every partition of its output topic holds an end-of-input
-mark from every one of its senders (the shards publishing there), then compares
-the rows there (the payloads of the messages that are not marks) with the
-query's model, as multisets: a row missing, extra or duplicated is a failure.
-It prints "qN: exact: R rows equal the model" per query, or the difference and
-exits 1. Output still incomplete after --timeout is an error naming the
-partition, how many of its senders finished and the lowest watermark heard.
+mark from every one of its senders (the shards publishing there), reads each
+partition on to its last message id at that time, then compares the rows there
+(the payloads of the messages that are not marks) with the query's model, as
+multisets: a row missing, extra or duplicated is a failure. It prints
+"qN: exact: R rows equal the model" per query, or the difference and exits 1.
+A row stored after a partition's end marks fails the check, naming the
+partition and the row's message id. Output still incomplete after --timeout is
+an error naming the partition, how many of its senders finished and the lowest
+watermark heard.
 
 It first checks that the source topics hold exactly the run's events, each
 partition the events routed there in event order and then the end mark, each
@@ -123,6 +127,10 @@ type outputPartition struct {
 	// and wm each sender's largest mark.
 	senders int
 	wm      map[int]int64
+	// ended is the id of the mark that completed the partition (0: not
+	// complete yet), and late the rows stored after it.
+	ended message.MessageID
+	late  []message.ImmutableMessage
 }
 
 // finished counts the senders whose mark is at MaxTime.
@@ -157,15 +165,20 @@ func (o *outputPartition) progress() string {
 		o.part, o.finished(), o.senders, low, time.UnixMilli(low).UTC().Format(time.RFC3339Nano), lowSender, len(o.rows))
 }
 
-// observe takes one message of the partition; it returns ErrStopRead once
-// every sender finished.
+// observe takes one message of the partition; it returns ErrStopRead when
+// the message completes the partition (every sender finished). A row after
+// that goes to late.
 func (o *outputPartition) observe(m message.ImmutableMessage) error {
 	mk, isMark, err := windows.MarkOf(m)
 	if err != nil {
 		return fmt.Errorf("%s message id %d: %w", o.part, m.ID, err)
 	}
 	if !isMark {
-		o.rows = append(o.rows, string(m.Payload))
+		if o.ended != 0 {
+			o.late = append(o.late, m)
+		} else {
+			o.rows = append(o.rows, string(m.Payload))
+		}
 		return nil
 	}
 	if o.senders != 0 && mk.Senders != o.senders {
@@ -178,19 +191,90 @@ func (o *outputPartition) observe(m message.ImmutableMessage) error {
 	if t, ok := o.wm[mk.Sender]; !ok || mk.Time > t {
 		o.wm[mk.Sender] = mk.Time
 	}
-	if o.complete() {
+	if o.ended == 0 && o.complete() {
+		o.ended = m.ID
 		return daemon.ErrStopRead
 	}
 	return nil
 }
 
+// readRest reads o's partition, complete, from the mark that completed it to
+// its last message id now. Only marks may follow the end marks (a sender's
+// end mark again, after a failover); a row there fails the check, naming
+// the partition and the row's message id.
+func (o *outputPartition) readRest(ctx context.Context, opener wal.Opener) error {
+	w, err := opener.Open(ctx, &wal.OpenOption{Channel: o.part.Channel()})
+	if err != nil {
+		return fmt.Errorf("opening %s: %w", o.part, err)
+	}
+	defer w.Close()
+	head, err := w.LastID(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: reading its last message id: %w", o.part, err)
+	}
+	if head > o.ended {
+		sc, err := w.Read(ctx, wal.ReadOption{Name: "nexmark-check", DeliverPolicy: wal.DeliverStartAfter(o.ended)})
+		if err != nil {
+			return fmt.Errorf("%s: reading after message id %d: %w", o.part, o.ended, err)
+		}
+		defer sc.Close()
+		for done := false; !done; {
+			select {
+			case m, ok := <-sc.Chan():
+				if !ok {
+					<-sc.Done()
+					return fmt.Errorf("%s: reading after message id %d: %w", o.part, o.ended, sc.Error())
+				}
+				if err := o.observe(m); err != nil {
+					return err
+				}
+				done = m.ID >= head
+			case <-ctx.Done():
+				return fmt.Errorf("%s: reading message ids %d to %d: %w", o.part, o.ended+1, head, ctx.Err())
+			}
+		}
+	}
+	if len(o.late) == 0 {
+		return nil
+	}
+	ids := make([]string, len(o.late))
+	for i, m := range o.late {
+		ids[i] = m.ID.String()
+	}
+	first := o.late[0]
+	return fmt.Errorf("%s holds %d rows after the end marks of its %d senders (complete at message id %d, read to message id %d): message id %d, row %q (message ids %s)",
+		o.part, len(o.late), o.senders, o.ended, head, first.ID, clip(string(first.Payload), 200), strings.Join(firstOf(ids, 5), ", "))
+}
+
+// clip cuts s to at most n bytes, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
 // followOutput follows every partition of q's output until each holds an end
-// mark from every sender, and returns the rows. When ctx ends first, the
-// error names every incomplete partition.
+// mark from every sender, then reads each on to its last message id, and
+// returns the rows. A row after a partition's end marks is an error naming
+// the partition and the row's message id. When ctx ends before every
+// partition is complete, the error names every incomplete partition.
 func followOutput(ctx context.Context, c *daemon.Client, q Query) ([]string, error) {
 	d, err := c.Topic(ctx, q.Output)
 	if err != nil {
 		return nil, fmt.Errorf("output topic: %w (run 'nexmark setup --queries %s')", err, q.Name)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var mu sync.Mutex
+	var failed error // the first error but ctx ending; it ends the other reads
+	fail := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if failed == nil {
+			failed = err
+			cancel()
+		}
 	}
 	outs := make([]*outputPartition, d.Partitions)
 	errs := make([]error, d.Partitions)
@@ -199,18 +283,28 @@ func followOutput(ctx context.Context, c *daemon.Client, q Query) ([]string, err
 		o := &outputPartition{part: topic.Partition{Topic: d.Name, Index: p}}
 		outs[p] = o
 		wg.Add(1)
-		go func() { // ends with the follow: complete, failed, or ctx done
+		go func() { // ends with the reads: complete, failed, or ctx done
 			defer wg.Done()
-			errs[p] = c.FollowPartition(ctx, o.part, o.observe)
+			err := c.FollowPartition(ctx, o.part, o.observe)
+			switch {
+			case err == nil: // complete
+				if err := o.readRest(ctx, c.Opener()); err != nil {
+					fail(err) // even ctx ending: the rest is unchecked
+				}
+			case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+				errs[p] = err
+			default:
+				fail(err)
+			}
 		}()
 	}
 	wg.Wait()
+	if failed != nil {
+		return nil, failed
+	}
 	var incomplete []string
 	var cause error
 	for p, o := range outs {
-		if errs[p] != nil && !errors.Is(errs[p], context.DeadlineExceeded) && !errors.Is(errs[p], context.Canceled) {
-			return nil, errs[p]
-		}
 		if !o.complete() {
 			incomplete = append(incomplete, o.progress())
 			cause = errs[p]

@@ -9,7 +9,6 @@ import (
 	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/shard/shardtest"
 	"github.com/consumerd/consumerd/topic"
-	"github.com/consumerd/consumerd/wal"
 	"github.com/consumerd/consumerd/wal/message"
 	"github.com/consumerd/consumerd/wal/walimpls/memory"
 	"github.com/consumerd/consumerd/windows"
@@ -88,14 +87,16 @@ func runQueries(t *testing.T, qs []Query, events uint64, kill bool) map[string][
 	half := events / 2
 	publish(0, half)
 	if kill {
-		// Some output committed (and maybe not yet published) when a dies.
-		shardtest.Eventually(t, "some output before the kill", func() (bool, string) {
+		// Every query has published some output (rows or marks; maybe more
+		// committed, not yet published) when a dies, as when each query
+		// had a kill test of its own.
+		shardtest.Eventually(t, "some output of every query before the kill", func() (bool, string) {
 			for _, q := range qs {
-				if e.CountTopic(topic.Description{Name: q.Output, Partitions: testPartitions}) > 0 {
-					return true, ""
+				if e.CountTopic(topic.Description{Name: q.Output, Partitions: outputParts(q)}) == 0 {
+					return false, q.Name + ": no output yet"
 				}
 			}
-			return false, "no output yet"
+			return true, ""
 		})
 		a.Kill()
 		for _, id := range ids {
@@ -117,12 +118,7 @@ func runQueries(t *testing.T, qs []Query, events uint64, kill bool) map[string][
 
 	out := map[string][]string{}
 	for _, q := range qs {
-		parts := testPartitions
-		for _, ts := range q.Topics {
-			if ts.Name == q.Output {
-				parts = ts.Partitions(testPartitions)
-			}
-		}
+		parts := outputParts(q)
 		var rows []string
 		shardtest.Eventually(t, q.Name+" to finish its output", func() (bool, string) {
 			var done bool
@@ -144,43 +140,37 @@ func runQueries(t *testing.T, qs []Query, events uint64, kill bool) map[string][
 
 type shardApp = shard.App
 
+// outputParts is the partition count of q's output topic in tests.
+func outputParts(q Query) int {
+	for _, ts := range q.Topics {
+		if ts.Name == q.Output {
+			return ts.Partitions(testPartitions)
+		}
+	}
+	return testPartitions
+}
+
 // readOutput reads every partition of an output topic: its rows, and whether
 // every partition holds an end mark (MaxTime) from every sender.
 func readOutput(t testing.TB, e *shardtest.Cluster, d topic.Description) (rows []string, done bool, why string) {
 	t.Helper()
 	done = true
-	for p := 0; p < d.Partitions; p++ {
+	for p, msgs := range e.ReadTopic(d) {
 		ch := topic.ChannelName(d.Name, p)
-		last := e.LastID(ch)
 		ended, senders := map[int]bool{}, 0
-		if last > 0 {
-			w, err := e.Opener.Open(context.Background(), &wal.OpenOption{Channel: ch})
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, err := w.Read(context.Background(), wal.ReadOption{Name: "check", DeliverPolicy: wal.DeliverAll()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for m := range s.Chan() {
-				mk, ok, err := windows.MarkOf(m)
-				switch {
-				case err != nil:
-					t.Fatalf("%s message %d: %v", ch, m.ID, err)
-				case ok:
-					senders = mk.Senders
-					if mk.Time == windows.MaxTime {
-						ended[mk.Sender] = true
-					}
-				default:
-					rows = append(rows, string(m.Payload))
+		for _, m := range msgs {
+			mk, ok, err := windows.MarkOf(m)
+			switch {
+			case err != nil:
+				t.Fatalf("%s message %d: %v", ch, m.ID, err)
+			case ok:
+				senders = mk.Senders
+				if mk.Time == windows.MaxTime {
+					ended[mk.Sender] = true
 				}
-				if m.ID >= last {
-					break
-				}
+			default:
+				rows = append(rows, string(m.Payload))
 			}
-			s.Close()
-			w.Close()
 		}
 		if senders == 0 || len(ended) < senders {
 			done = false

@@ -1,20 +1,15 @@
 package nexmark
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/cockroachdb/datadriven"
-	"github.com/linxGnu/grocksdb"
 
-	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/topic"
 	"github.com/consumerd/consumerd/wal/message"
 	"github.com/consumerd/consumerd/windows"
@@ -35,20 +30,6 @@ import (
 // watermarks), outputs the model's rows, and ends in the same state.
 
 func TestQ3Model(t *testing.T) { datadriven.RunTest(t, "testdata/q3", runJoinTest) }
-
-func TestQ3App(t *testing.T) {
-	q, _ := Lookup("q3")
-	rows := runQueries(t, []Query{q}, 20000, false)["q3"]
-	t.Logf("q3: %d rows", len(rows))
-	if len(rows) == 0 {
-		t.Error("q3: no rows: the test run joins nothing")
-	}
-}
-
-func TestQ3AppKill(t *testing.T) {
-	q, _ := Lookup("q3")
-	runQueries(t, []Query{q}, 20000, true)
-}
 
 // TestQ3Generated runs the logic over generated events in shuffled orders.
 func TestQ3Generated(t *testing.T) { testJoinGenerated(t, "q3", 20000) }
@@ -198,11 +179,8 @@ func runJoinLogic(t *testing.T, name string, lines []joinLine) (rows []string, s
 	default:
 		t.Fatalf("no join logic for %q", name)
 	}
-	js := newJoinShard()
-	defer js.txn.Destroy()
-	rs := newJoinShard()
-	defer rs.txn.Destroy()
-	pub := &joinPub{}
+	js, rs := newMemShard(t), newMemShard(t)
+	pub := &fakePub{parts: onePartition}
 	c := &stageCtx{s: js, pub: pub, timers: windows.NewTimers(timersPrefix)}
 	rc := &stageCtx{s: rs, pub: pub}
 	consume := func(lc *stageCtx, l logic, tp string, ev *Event) {
@@ -215,7 +193,7 @@ func runJoinLogic(t *testing.T, name string, lines []joinLine) (rows []string, s
 	due := func(wm int64) {
 		t.Helper()
 		c.wm = wm
-		if err := c.timers.Due(js.txn, wm, func(at int64, key []byte) error { return join.fire(c, at, key) }); err != nil {
+		if err := c.timers.Due(js.Transaction(), wm, func(at int64, key []byte) error { return join.fire(c, at, key) }); err != nil {
 			t.Fatalf("%s: fire at watermark %d: %v", name, wm, err)
 		}
 		js.commit(t)
@@ -252,126 +230,10 @@ func runJoinLogic(t *testing.T, name string, lines []joinLine) (rows []string, s
 	for _, m := range pub.take("nexmark-" + name) {
 		rows = append(rows, string(m.Payload))
 	}
-	if len(pub.msgs) > 0 {
-		t.Errorf("%s: published to unexpected topics: %v", name, pub.msgs)
+	if len(pub.staged) > 0 {
+		t.Errorf("%s: published to unexpected topics: %v", name, pub.topics())
 	}
 	return rows, js.summary()
-}
-
-// joinShard is a shard.Shard over an in-memory map: Get reads the open
-// transaction (its batch) then the map; commit applies the batch.
-type joinShard struct {
-	kv  map[string][]byte
-	txn *grocksdb.WriteBatch
-}
-
-var _ shard.Shard = (*joinShard)(nil)
-
-func newJoinShard() *joinShard {
-	return &joinShard{kv: map[string][]byte{}, txn: grocksdb.NewWriteBatch()}
-}
-
-func (s *joinShard) ID() string                           { return "test-0000" }
-func (s *joinShard) Spec() *shard.Spec                    { return &shard.Spec{} }
-func (s *joinShard) Partition() int                       { return 0 }
-func (s *joinShard) Context() context.Context             { return context.Background() }
-func (s *joinShard) Cache() any                           { return nil }
-func (s *joinShard) SetCache(any)                         {}
-func (s *joinShard) Database() *grocksdb.DB               { return nil }
-func (s *joinShard) Transaction() *grocksdb.WriteBatch    { return s.txn }
-func (s *joinShard) ReadOptions() *grocksdb.ReadOptions   { return nil }
-func (s *joinShard) WriteOptions() *grocksdb.WriteOptions { return nil }
-
-func (s *joinShard) Get(key []byte) ([]byte, error) {
-	v, found := s.kv[string(key)]
-	it := s.txn.NewIterator()
-	for it.Next() {
-		r := it.Record()
-		if !bytes.Equal(r.Key, key) {
-			continue
-		}
-		switch r.Type {
-		case grocksdb.WriteBatchValueRecord:
-			v, found = r.Value, true
-		case grocksdb.WriteBatchDeletionRecord, grocksdb.WriteBatchSingleDeletionRecord:
-			v, found = nil, false
-		default:
-			return nil, fmt.Errorf("joinShard: unsupported record type %d", r.Type)
-		}
-	}
-	if err := it.Error(); err != nil {
-		return nil, err
-	}
-	if !found {
-		return nil, nil
-	}
-	return bytes.Clone(v), nil
-}
-
-func (s *joinShard) commit(t *testing.T) {
-	t.Helper()
-	it := s.txn.NewIterator()
-	for it.Next() {
-		r := it.Record()
-		switch r.Type {
-		case grocksdb.WriteBatchValueRecord:
-			s.kv[string(r.Key)] = bytes.Clone(r.Value)
-		case grocksdb.WriteBatchDeletionRecord, grocksdb.WriteBatchSingleDeletionRecord:
-			delete(s.kv, string(r.Key))
-		default:
-			t.Fatalf("joinShard: unsupported record type %d", r.Type)
-		}
-	}
-	if err := it.Error(); err != nil {
-		t.Fatal(err)
-	}
-	s.txn.Clear()
-}
-
-// summary counts the keys per prefix (up to the first '/').
-func (s *joinShard) summary() string {
-	n := map[string]int{}
-	for k := range s.kv {
-		p, _, _ := strings.Cut(k, "/")
-		n[p+"/"]++
-	}
-	if len(n) == 0 {
-		return "empty"
-	}
-	var parts []string
-	for p, c := range n {
-		parts = append(parts, fmt.Sprintf("%s %d", p, c))
-	}
-	sort.Strings(parts)
-	return strings.Join(parts, ", ")
-}
-
-// joinPub collects published messages per topic.
-type joinPub struct {
-	msgs map[string][]message.MutableMessage
-}
-
-var _ shard.Publisher = (*joinPub)(nil)
-
-func (p *joinPub) Publish(name string, m message.MutableMessage) error {
-	if p.msgs == nil {
-		p.msgs = map[string][]message.MutableMessage{}
-	}
-	m.Payload = bytes.Clone(m.Payload)
-	p.msgs[name] = append(p.msgs[name], m)
-	return nil
-}
-
-func (p *joinPub) PublishTo(part topic.Partition, m message.MutableMessage) error {
-	return p.Publish(part.Topic, m)
-}
-
-func (p *joinPub) Partitions(string) (int, error) { return 1, nil }
-
-func (p *joinPub) take(name string) []message.MutableMessage {
-	m := p.msgs[name]
-	delete(p.msgs, name)
-	return m
 }
 
 // testJoinGenerated runs query name's logic over n generated events, in

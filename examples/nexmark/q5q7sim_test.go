@@ -2,7 +2,6 @@ package nexmark
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -12,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/datadriven"
-	"github.com/linxGnu/grocksdb"
 
 	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/topic"
@@ -70,11 +68,36 @@ func (sim *winSim) publish(part topic.Partition, msg message.MutableMessage) {
 	})
 }
 
-// run publishes the events (each to its topic, by key), ends every source
-// partition, runs transactions until no shard has input left, and returns the
-// rows of out (failing unless every partition of out was ended by every
-// sender).
+// pub is a publisher for one transaction of the simulation's shards: it
+// stages the messages, which txn publishes if it commits.
+func (sim *winSim) pub() *fakePub {
+	return &fakePub{parts: func(name string) (int, error) {
+		log, ok := sim.topics[name]
+		if !ok {
+			return 0, fmt.Errorf("fakePub: unknown topic %q", name)
+		}
+		return len(log), nil
+	}}
+}
+
+// run runs the events to the end (see runToEnd) and returns the rows of out,
+// failing if a shard holds keys of the logic's state at the end.
 func (sim *winSim) run(events []Event, out string) []string {
+	sim.t.Helper()
+	rows := sim.runToEnd(events, out)
+	for _, s := range sim.shards {
+		if n := s.stateKeys(); n != 0 {
+			sim.t.Errorf("%s: %d keys of the logic's state left at the end", s.spec.ID, n)
+		}
+	}
+	return rows
+}
+
+// runToEnd publishes the events (each to its topic, by key), ends every
+// source partition, runs transactions until no shard has input left, and
+// returns the rows of out (failing unless every partition of out was ended
+// by every sender).
+func (sim *winSim) runToEnd(events []Event, out string) []string {
 	sim.t.Helper()
 	for i := range events {
 		e := &events[i]
@@ -121,52 +144,23 @@ func (sim *winSim) run(events []Event, out string) []string {
 			sim.t.Fatalf("%s/%d: %d of %d senders ended", out, p, len(ended), senders)
 		}
 	}
-	for _, s := range sim.shards {
-		if n := s.stateKeys(); n != 0 {
-			sim.t.Errorf("%s: %d keys of the logic's state left at the end", s.spec.ID, n)
-		}
-	}
 	return rows
 }
 
-// winShard is a shard.Shard of the simulation.
+// winShard is a shard of the simulation: a fakeShard over a RocksDB of its
+// own, the consumer of its app, and its offsets.
 type winShard struct {
+	*fakeShard
 	t       testing.TB
 	sim     *winSim
 	app     shard.App
-	spec    *shard.Spec
-	part    int
-	db      *grocksdb.DB
-	ro      *grocksdb.ReadOptions
-	wo      *grocksdb.WriteOptions
-	wb      *grocksdb.WriteBatch
 	cons    shard.Consumer
 	offsets []int // per source, the next message's index
-	cache   any
 }
-
-var _ shard.Shard = (*winShard)(nil)
 
 func newWinShard(t testing.TB, sim *winSim, app shard.App, spec *shard.Spec, part int) *winShard {
 	t.Helper()
-	opts := grocksdb.NewDefaultOptions()
-	opts.SetCreateIfMissing(true)
-	defer opts.Destroy()
-	db, err := grocksdb.OpenDb(opts, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &winShard{
-		t: t, sim: sim, app: app, spec: spec, part: part, db: db,
-		ro: grocksdb.NewDefaultReadOptions(), wo: grocksdb.NewDefaultWriteOptions(), wb: grocksdb.NewWriteBatch(),
-		offsets: make([]int, len(spec.Sources)),
-	}
-	t.Cleanup(func() {
-		s.wb.Destroy()
-		s.ro.Destroy()
-		s.wo.Destroy()
-		s.db.Close()
-	})
+	s := &winShard{fakeShard: newDBShard(t, spec, part), t: t, sim: sim, app: app, offsets: make([]int, len(spec.Sources))}
 	s.promote()
 	return s
 }
@@ -196,7 +190,7 @@ func (s *winShard) pending() bool {
 func (s *winShard) txn(n int) {
 	s.t.Helper()
 	offs := slices.Clone(s.offsets)
-	pub := &winPub{sim: s.sim}
+	pub := s.sim.pub()
 	for k := 0; k < n; k++ {
 		var avail []int
 		for i, src := range s.spec.Sources {
@@ -223,10 +217,7 @@ func (s *winShard) txn(n int) {
 		s.promote() // lost before its commit
 		return
 	}
-	if err := s.db.Write(s.wo, s.wb); err != nil {
-		s.t.Fatal(err)
-	}
-	s.wb.Clear()
+	s.commit(s.t)
 	s.offsets = offs
 	for _, st := range pub.staged {
 		s.sim.publish(st.part, st.msg)
@@ -238,98 +229,13 @@ func (s *winShard) txn(n int) {
 
 // stateKeys counts the keys outside the runner's prefixes.
 func (s *winShard) stateKeys() int {
-	it := s.db.NewIterator(s.ro)
-	defer it.Close()
 	n := 0
-	for it.SeekToFirst(); it.Valid(); it.Next() {
-		k := it.Key()
-		if !bytes.HasPrefix(k.Data(), trackerPrefix) && !bytes.HasPrefix(k.Data(), timersPrefix) {
+	s.scan(func(k, _ []byte) {
+		if !bytes.HasPrefix(k, trackerPrefix) && !bytes.HasPrefix(k, timersPrefix) {
 			n++
 		}
-		k.Free()
-	}
+	})
 	return n
-}
-
-func (s *winShard) ID() string                           { return s.spec.ID }
-func (s *winShard) Spec() *shard.Spec                    { return s.spec }
-func (s *winShard) Partition() int                       { return s.part }
-func (s *winShard) Context() context.Context             { return context.Background() }
-func (s *winShard) Cache() any                           { return s.cache }
-func (s *winShard) SetCache(c any)                       { s.cache = c }
-func (s *winShard) Database() *grocksdb.DB               { return s.db }
-func (s *winShard) Transaction() *grocksdb.WriteBatch    { return s.wb }
-func (s *winShard) ReadOptions() *grocksdb.ReadOptions   { return s.ro }
-func (s *winShard) WriteOptions() *grocksdb.WriteOptions { return s.wo }
-
-// Get reads the open transaction's last write of key, else the database.
-func (s *winShard) Get(key []byte) ([]byte, error) {
-	var val []byte
-	found := false
-	it := s.wb.NewIterator()
-	for it.Next() {
-		r := it.Record()
-		if !bytes.Equal(r.Key, key) {
-			continue
-		}
-		switch r.Type {
-		case grocksdb.WriteBatchValueRecord:
-			val, found = bytes.Clone(r.Value), true
-		case grocksdb.WriteBatchDeletionRecord:
-			val, found = nil, true
-		default:
-			return nil, fmt.Errorf("winShard: batch record type %d", r.Type)
-		}
-	}
-	if err := it.Error(); err != nil {
-		return nil, err
-	}
-	if found {
-		return val, nil
-	}
-	v, err := s.db.GetBytes(s.ro, key)
-	return v, err
-}
-
-// winPub stages a transaction's outputs.
-type winPub struct {
-	sim    *winSim
-	staged []winStaged
-}
-
-type winStaged struct {
-	part topic.Partition
-	msg  message.MutableMessage
-}
-
-func (p *winPub) Publish(name string, m message.MutableMessage) error {
-	n, err := p.Partitions(name)
-	if err != nil {
-		return err
-	}
-	return p.PublishTo(topic.Partition{Topic: name, Index: topic.PartitionFor(m.Key, n)}, m)
-}
-
-func (p *winPub) PublishTo(part topic.Partition, m message.MutableMessage) error {
-	n, err := p.Partitions(part.Topic)
-	if err != nil {
-		return err
-	}
-	if part.Index < 0 || part.Index >= n {
-		return fmt.Errorf("winPub: %s: partition out of range", part)
-	}
-	m.Payload = bytes.Clone(m.Payload)
-	m.Properties = maps.Clone(m.Properties)
-	p.staged = append(p.staged, winStaged{part: part, msg: m})
-	return nil
-}
-
-func (p *winPub) Partitions(name string) (int, error) {
-	log, ok := p.sim.topics[name]
-	if !ok {
-		return 0, fmt.Errorf("winPub: unknown topic %q", name)
-	}
-	return len(log), nil
 }
 
 // parseWinBids parses one bid a line: "bid auction=A t=T [price=P]
@@ -450,27 +356,6 @@ func TestPeekBid(t *testing.T) {
 				t.Fatalf("event %d: peekBid of %d of %d bytes: no error", n, cut, len(enc))
 			}
 		}
-	}
-}
-
-// TestQ5Q7Generated runs q5 and q7 on a cluster over generated events,
-// without and with a primary killed mid-run.
-func TestQ5Q7Generated(t *testing.T) {
-	var qs []Query
-	for _, name := range []string{"q5", "q7"} {
-		q, ok := Lookup(name)
-		if !ok {
-			t.Fatalf("%s not registered", name)
-		}
-		qs = append(qs, q)
-	}
-	for _, kill := range []bool{false, true} {
-		t.Run(fmt.Sprintf("kill=%v", kill), func(t *testing.T) {
-			rows := runQueries(t, qs, 20000, kill)
-			for _, q := range qs {
-				t.Logf("%s: %d rows", q.Name, len(rows[q.Name]))
-			}
-		})
 	}
 }
 

@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -14,7 +15,6 @@ import (
 	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/shard/shardtest"
 	"github.com/consumerd/consumerd/topic"
-	"github.com/consumerd/consumerd/wal"
 	"github.com/consumerd/consumerd/wal/message"
 	"github.com/consumerd/consumerd/wal/walimpls/memory"
 )
@@ -32,36 +32,6 @@ func specs() []*shard.Spec {
 	for p := 0; p < tokensParts; p++ {
 		out = append(out, &shard.Spec{ID: fmt.Sprintf("tally-%04d", p), App: pipeline.TallyName, HotStandbys: 1,
 			Sources: []shard.Source{{Topic: pipeline.Tokens, Partition: p}}})
-	}
-	return out
-}
-
-// readAll returns every message of a topic's partitions.
-func readAll(t *testing.T, e *shardtest.Cluster, d topic.Description) []message.ImmutableMessage {
-	t.Helper()
-	var out []message.ImmutableMessage
-	for p := 0; p < d.Partitions; p++ {
-		ch := topic.ChannelName(d.Name, p)
-		last := e.LastID(ch)
-		if last == 0 {
-			continue
-		}
-		w, err := e.Opener.Open(context.Background(), &wal.OpenOption{Channel: ch})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := w.Read(context.Background(), wal.ReadOption{Name: "test", DeliverPolicy: wal.DeliverAll()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for m := range s.Chan() {
-			out = append(out, m)
-			if m.ID >= last {
-				break
-			}
-		}
-		s.Close()
-		w.Close()
 	}
 	return out
 }
@@ -113,7 +83,7 @@ func TestPipelineExactThroughFailover(t *testing.T) {
 	tokens := topic.Description{Name: pipeline.Tokens, Partitions: tokensParts}
 	var got []message.ImmutableMessage
 	shardtest.Eventually(t, "tokens to hold every token occurrence", func() (bool, string) {
-		got = readAll(t, e, tokens)
+		got = slices.Concat(e.ReadTopic(tokens)...)
 		return int64(len(got)) >= total, fmt.Sprintf("%d of %d", len(got), total)
 	})
 	perKey := map[string]int64{}
@@ -170,7 +140,7 @@ func TestPipelineExactThroughFailover(t *testing.T) {
 	// totals: the last value of each token is its count.
 	last := map[string]int64{}
 	shardtest.Eventually(t, "totals to catch up", func() (bool, string) {
-		for _, m := range readAll(t, e, topic.Description{Name: pipeline.Totals, Partitions: tokensParts}) {
+		for _, m := range slices.Concat(e.ReadTopic(topic.Description{Name: pipeline.Totals, Partitions: tokensParts})...) {
 			n, _ := strconv.ParseInt(string(m.Payload), 10, 64)
 			last[m.Key] = n
 		}

@@ -410,6 +410,46 @@ func (e *Cluster) LastID(channel string) message.MessageID {
 	return id
 }
 
+// ReadTopic returns what topic d's partitions hold, indexed by partition:
+// each partition's messages in id order, marks and data alike, from its
+// oldest to its last id as of when ReadTopic reads it (none for an empty
+// partition). It does not wait for messages still in flight, so a test
+// waiting for output polls it with Eventually. A partition that cannot be
+// opened or read, or whose scanner stops before its last id, fails the test.
+func (e *Cluster) ReadTopic(d topic.Description) [][]message.ImmutableMessage {
+	e.t.Helper()
+	out := make([][]message.ImmutableMessage, d.Partitions)
+	for p := range out {
+		ch := topic.ChannelName(d.Name, p)
+		last := e.LastID(ch)
+		if last == 0 {
+			continue
+		}
+		w, err := e.Opener.Open(context.Background(), &wal.OpenOption{Channel: ch})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		s, err := w.Read(context.Background(), wal.ReadOption{Name: "shardtest-read", DeliverPolicy: wal.DeliverAll()})
+		if err != nil {
+			w.Close()
+			e.t.Fatal(err)
+		}
+		var at message.MessageID
+		for m := range s.Chan() {
+			out[p] = append(out[p], m)
+			if at = m.ID; at >= last {
+				break
+			}
+		}
+		s.Close()
+		w.Close()
+		if at < last {
+			e.t.Fatalf("reading %s: the scanner stopped at message id %d, before the last id %d: %v", ch, at, last, s.Error())
+		}
+	}
+	return out
+}
+
 // Counts waits until n's primary of spec has committed every message of its
 // sources, then returns the shard's wordcount counts.
 func (e *Cluster) Counts(n *Node, spec *shard.Spec) map[string]int64 {
