@@ -403,13 +403,16 @@ func pendingOutputs(db *grocksdb.DB, ro *grocksdb.ReadOptions, published uint64,
 		k, v := it.Key(), it.Value()
 		txn, _, err := parseOutboxKey(k.Data())
 		if err == nil {
-			var o output
-			o, err = decodeOutput(v.Data())
-			if err == nil {
+			var os []output
+			// A copy of the row: its payloads alias it.
+			os, err = decodeRow(append([]byte(nil), v.Data()...))
+			if err != nil {
+				err = fmt.Errorf("row %q: %w", k.Data(), err)
+			} else {
 				if len(out) == 0 || out[len(out)-1].txn != txn {
 					out = append(out, &outTxn{txn: txn, epoch: epoch})
 				}
-				out[len(out)-1].outputs = append(out[len(out)-1].outputs, o)
+				out[len(out)-1].outputs = append(out[len(out)-1].outputs, os...)
 			}
 		}
 		k.Free()

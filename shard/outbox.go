@@ -21,7 +21,7 @@ import (
 // A message an app publishes in a transaction is a row of the transaction's
 // batch, committed with the state and the offsets:
 //
-//	\x00consumerd/outbox/<txn:016x>/<i:08x>  the message (encodeOutput)
+//	\x00consumerd/outbox/<txn:016x>/<i:08x>  row i of txn's messages (appendOutput)
 //	\x00consumerd/outbox-last                the last txn that staged outputs
 //	\x00consumerd/outbox-published           every txn up to this one is published
 //	\x00consumerd/outbox-epoch               the shard's outbox incarnation
@@ -44,7 +44,7 @@ var (
 	outboxEpochKey     = []byte("\x00consumerd/outbox-epoch")
 )
 
-// outboxKey is txn's row i: outboxPrefix, then txn as 16 and i as 8
+// outboxKey is the key of txn's row i: outboxPrefix, then txn as 16 and i as 8
 // lowercase hex digits, separated by '/' (so rows sort by txn, then i).
 func outboxKey(txn uint64, i int) []byte {
 	k := make([]byte, len(outboxPrefix)+25)
@@ -89,83 +89,110 @@ type output struct {
 	msg     message.MutableMessage
 }
 
-// encodeOutput is an outbox row's value: version 1, then uvarint-length
-// fields channel, key, payload, and the properties as pairs.
-func encodeOutput(o *output) []byte {
-	n := 1 + 5*binary.MaxVarintLen32 + len(o.channel) + len(o.msg.Key) + len(o.msg.Payload)
-	for k, v := range o.msg.Properties {
-		n += 2*binary.MaxVarintLen32 + len(k) + len(v)
+// An outbox row's value is version 2, then one or more messages, each as
+// uvarint-length fields channel, key, payload, then the number of
+// properties and the properties as pairs. A transaction's messages fill
+// rows of about outboxRowBytes (one RocksDB key per row, not per message:
+// a key costs the memtable more than its bytes do). Version 1, a single
+// message, is what earlier releases wrote; it still reads.
+const (
+	outboxRowV1    = 1
+	outboxRowV2    = 2
+	outboxRowBytes = 1 << 20
+)
+
+// appendOutput appends one message's fields to a version 2 row and
+// returns the row and where the payload's bytes are in it.
+func appendOutput(b []byte, channel string, msg *message.MutableMessage) (row []byte, payloadAt int) {
+	b = binary.AppendUvarint(b, uint64(len(channel)))
+	b = append(b, channel...)
+	b = binary.AppendUvarint(b, uint64(len(msg.Key)))
+	b = append(b, msg.Key...)
+	b = binary.AppendUvarint(b, uint64(len(msg.Payload)))
+	payloadAt = len(b)
+	b = append(b, msg.Payload...)
+	b = binary.AppendUvarint(b, uint64(len(msg.Properties)))
+	for k, v := range msg.Properties {
+		b = binary.AppendUvarint(b, uint64(len(k)))
+		b = append(b, k...)
+		b = binary.AppendUvarint(b, uint64(len(v)))
+		b = append(b, v...)
 	}
-	b := make([]byte, 0, n)
-	b = append(b, 1)
-	put := func(s string) {
-		b = binary.AppendUvarint(b, uint64(len(s)))
-		b = append(b, s...)
-	}
-	put(o.channel)
-	put(o.msg.Key)
-	b = binary.AppendUvarint(b, uint64(len(o.msg.Payload)))
-	b = append(b, o.msg.Payload...)
-	b = binary.AppendUvarint(b, uint64(len(o.msg.Properties)))
-	for k, v := range o.msg.Properties {
-		put(k)
-		put(v)
-	}
-	return b
+	return b, payloadAt
 }
 
 var errBadOutput = errors.New("shard: bad outbox row")
 
-func decodeOutput(b []byte) (output, error) {
-	if len(b) == 0 || b[0] != 1 {
-		return output{}, fmt.Errorf("%w: unknown version", errBadOutput)
+// decodeRow returns the messages of an outbox row (either version). The
+// payloads alias b, which the caller must not change afterwards.
+func decodeRow(b []byte) ([]output, error) {
+	if len(b) == 0 || (b[0] != outboxRowV1 && b[0] != outboxRowV2) {
+		return nil, fmt.Errorf("%w: unknown version", errBadOutput)
 	}
-	b = b[1:]
-	field := func() (string, error) {
+	v, rest := b[0], b[1:]
+	var out []output
+	for len(rest) > 0 || len(out) == 0 {
+		o, r, err := decodeOutput(rest)
+		if err != nil {
+			return nil, fmt.Errorf("%w (message %d of the row)", err, len(out))
+		}
+		out, rest = append(out, o), r
+		if v == outboxRowV1 && len(rest) != 0 {
+			return nil, fmt.Errorf("%w: %d trailing bytes", errBadOutput, len(rest))
+		}
+	}
+	return out, nil
+}
+
+// decodeOutput decodes the message at the start of b and returns the rest.
+func decodeOutput(b []byte) (output, []byte, error) {
+	bytesField := func() ([]byte, error) {
 		n, k := binary.Uvarint(b)
 		if k <= 0 || uint64(len(b)-k) < n {
-			return "", fmt.Errorf("%w: truncated", errBadOutput)
+			return nil, fmt.Errorf("%w: truncated", errBadOutput)
 		}
-		s := string(b[k : k+int(n)])
+		f := b[k : k+int(n) : k+int(n)]
 		b = b[k+int(n):]
-		return s, nil
+		return f, nil
+	}
+	field := func() (string, error) {
+		f, err := bytesField()
+		return string(f), err
 	}
 	var o output
 	var err error
 	if o.channel, err = field(); err != nil {
-		return o, err
+		return o, nil, err
 	}
 	if o.msg.Key, err = field(); err != nil {
-		return o, err
+		return o, nil, err
 	}
-	payload, err := field()
-	if err != nil {
-		return o, err
+	if o.msg.Payload, err = bytesField(); err != nil {
+		return o, nil, err
 	}
-	o.msg.Payload = []byte(payload)
 	np, k := binary.Uvarint(b)
 	if k <= 0 {
-		return o, fmt.Errorf("%w: truncated", errBadOutput)
+		return o, nil, fmt.Errorf("%w: truncated", errBadOutput)
 	}
 	b = b[k:]
+	if np > uint64(len(b)) {
+		return o, nil, fmt.Errorf("%w: %d properties in %d bytes", errBadOutput, np, len(b))
+	}
 	if np > 0 {
 		o.msg.Properties = make(map[string]string, np)
 	}
 	for range np {
 		key, err := field()
 		if err != nil {
-			return o, err
+			return o, nil, err
 		}
 		val, err := field()
 		if err != nil {
-			return o, err
+			return o, nil, err
 		}
 		o.msg.Properties[key] = val
 	}
-	if len(b) != 0 {
-		return o, fmt.Errorf("%w: %d trailing bytes", errBadOutput, len(b))
-	}
-	return o, nil
+	return o, b, nil
 }
 
 // outboxState is what the DB records of the outbox.
@@ -218,7 +245,10 @@ type txnPublisher struct {
 
 	open    uint64 // the open transaction's txn number, 0 until it stages
 	staged  []output
-	newEpoc bool // the open transaction writes the epoch
+	row     []byte // the open transaction's row being filled (version 2)
+	rows    int    // its rows put in the batch so far
+	rowCap  int    // the size of the last full or sealed row: the next one's capacity
+	newEpoc bool   // the open transaction writes the epoch
 
 	channels map[topic.Partition]string // channel names by partition, made once
 }
@@ -272,16 +302,34 @@ func (p *txnPublisher) stage(_ topic.Description, part topic.Partition, msg mess
 			p.st.epoch, p.newEpoc = newEpoch(), true
 		}
 	}
-	o := output{channel: p.channel(part), msg: message.MutableMessage{Key: msg.Key, Payload: append([]byte(nil), msg.Payload...)}}
+	if p.row == nil {
+		p.row = make([]byte, 1, max(p.rowCap, 4096))
+		p.row[0] = outboxRowV2
+	}
+	o := output{channel: p.channel(part), msg: message.MutableMessage{Key: msg.Key}}
+	var at int
+	p.row, at = appendOutput(p.row, o.channel, &msg)
+	// The payload is the row's copy: the row is only ever appended to (a
+	// grown row is a new array), so these bytes stay as they are.
+	o.msg.Payload = p.row[at : at+len(msg.Payload) : at+len(msg.Payload)]
 	if len(msg.Properties) > 0 {
 		o.msg.Properties = make(map[string]string, len(msg.Properties))
 		for k, v := range msg.Properties {
 			o.msg.Properties[k] = v
 		}
 	}
-	p.sh.txn.Put(outboxKey(p.open, len(p.staged)), encodeOutput(&o))
 	p.staged = append(p.staged, o)
+	if len(p.row) >= outboxRowBytes {
+		p.putRow()
+	}
 	return nil
+}
+
+// putRow puts the row being filled in the open transaction's batch.
+func (p *txnPublisher) putRow() {
+	p.sh.txn.Put(outboxKey(p.open, p.rows), p.row)
+	p.rows++
+	p.rowCap, p.row = len(p.row), nil
 }
 
 // seal finishes the open transaction's outbox before its commit: it records
@@ -291,6 +339,10 @@ func (p *txnPublisher) seal(batch *grocksdb.WriteBatch) *outTxn {
 	if p.open == 0 {
 		return nil
 	}
+	if p.row != nil {
+		p.putRow()
+	}
+	p.rows = 0
 	batch.Put(outboxLastKey, strconv.AppendUint(nil, p.open, 10))
 	if p.newEpoc {
 		batch.Put(outboxEpochKey, []byte(p.st.epoch))

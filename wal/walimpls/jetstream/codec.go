@@ -1,8 +1,11 @@
 package jetstream
 
 import (
+	"errors"
 	"fmt"
+	"maps"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -45,22 +48,25 @@ const (
 func encodeMessage(subject string, msg *message.MutableMessage) *nats.Msg {
 	m := &nats.Msg{Subject: subject, Data: msg.Payload}
 	if msg.Key != "" || len(msg.Properties) > 0 {
-		v := make(url.Values, len(msg.Properties)+1)
+		var meta strings.Builder
 		switch {
 		case msg.Key == "":
 		case msg.Key == string(msg.Payload):
-			v[metaKeyIsData] = []string{"1"}
+			metaPair(&meta, metaKeyIsData, "1")
 		case len(msg.Key) <= maxHeaderKey:
-			v[metaKey] = []string{msg.Key}
+			metaPair(&meta, metaKey, msg.Key)
 		default:
-			v[metaKeyLen] = []string{strconv.Itoa(len(msg.Key))}
+			metaPair(&meta, metaKeyLen, strconv.Itoa(len(msg.Key)))
 			data := make([]byte, 0, len(msg.Key)+len(msg.Payload))
 			m.Data = append(append(data, msg.Key...), msg.Payload...)
 		}
-		for k, val := range msg.Properties {
-			v[metaPropPfx+k] = []string{val}
+		// In name order, so a message always encodes alike.
+		if len(msg.Properties) > 0 {
+			for _, k := range slices.Sorted(maps.Keys(msg.Properties)) {
+				metaPair(&meta, metaPropPfx+k, msg.Properties[k])
+			}
 		}
-		m.Header = nats.Header{metaHeader: []string{v.Encode()}}
+		m.Header = nats.Header{metaHeader: []string{meta.String()}}
 	}
 	if msg.DedupeID != "" {
 		if m.Header == nil {
@@ -111,33 +117,57 @@ func decodeMessage(channel string, seq uint64, ts time.Time, hdr nats.Header, da
 	if meta == "" {
 		return im, nil
 	}
-	v, err := url.ParseQuery(meta)
-	if err != nil {
-		return im, fmt.Errorf("jetstream: channel %q message %d: bad %s header: %w", channel, seq, metaHeader, err)
-	}
-	for k, vals := range v {
-		if len(vals) == 0 {
+	seen := 0 // of the key's forms, the first wins (as url.ParseQuery's first value)
+	for pair := range strings.SplitSeq(meta, "&") {
+		if pair == "" {
 			continue
 		}
+		rawName, rawValue, _ := strings.Cut(pair, "=")
+		name, err1 := url.QueryUnescape(rawName)
+		val, err2 := url.QueryUnescape(rawValue)
+		if err := errors.Join(err1, err2); err != nil || strings.Contains(rawName, ";") {
+			if err == nil {
+				err = errors.New("a semicolon in a name")
+			}
+			return im, fmt.Errorf("jetstream: channel %q message %d: bad %s header %q: %w", channel, seq, metaHeader, pair, err)
+		}
 		switch {
-		case k == metaKey:
-			im.Key = vals[0]
-		case k == metaKeyIsData:
-			im.Key = string(data)
-		case k == metaKeyLen:
-			n, err := strconv.Atoi(vals[0])
-			if err != nil || n < 0 || n > len(data) {
-				return im, fmt.Errorf("jetstream: channel %q message %d: %s header: key length %q does not fit a payload of %d bytes", channel, seq, metaHeader, vals[0], len(data))
+		case name == metaKey || name == metaKeyIsData || name == metaKeyLen:
+			if seen++; seen > 1 {
+				continue
 			}
-			im.Key, im.Payload = string(data[:n]), data[n:]
-		case strings.HasPrefix(k, metaPropPfx):
+			switch name {
+			case metaKey:
+				im.Key = val
+			case metaKeyIsData:
+				im.Key = string(data)
+			default:
+				n, err := strconv.Atoi(val)
+				if err != nil || n < 0 || n > len(data) {
+					return im, fmt.Errorf("jetstream: channel %q message %d: %s header: key length %q does not fit a payload of %d bytes", channel, seq, metaHeader, val, len(data))
+				}
+				im.Key, im.Payload = string(data[:n]), data[n:]
+			}
+		case strings.HasPrefix(name, metaPropPfx):
 			if im.Properties == nil {
-				im.Properties = make(map[string]string, len(v))
+				im.Properties = make(map[string]string, strings.Count(meta, "&")+1)
 			}
-			im.Properties[k[len(metaPropPfx):]] = vals[0]
+			if _, dup := im.Properties[name[len(metaPropPfx):]]; !dup {
+				im.Properties[name[len(metaPropPfx):]] = val
+			}
 		}
 	}
 	return im, nil
+}
+
+// metaPair appends name=value to a metaHeader value, query-escaped.
+func metaPair(b *strings.Builder, name, value string) {
+	if b.Len() > 0 {
+		b.WriteByte('&')
+	}
+	b.WriteString(url.QueryEscape(name))
+	b.WriteByte('=')
+	b.WriteString(url.QueryEscape(value))
 }
 
 // parseTerm reads the term of a fence record.

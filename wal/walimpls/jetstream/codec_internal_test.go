@@ -2,10 +2,14 @@ package jetstream
 
 import (
 	"bytes"
+	"fmt"
 	"maps"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/consumerd/consumerd/wal/message"
 )
@@ -61,6 +65,29 @@ func TestCodecBadKeyLength(t *testing.T) {
 	}
 }
 
+// Headers written by hand or by other tools: any order, repeated names
+// (the first wins), escapes; a bad escape is an error naming the pair.
+func TestCodecDecodeHeader(t *testing.T) {
+	for _, c := range []struct{ meta, want string }{
+		{"p%3Aa=1&k=key", `key="key" props=map[a:1]`},
+		{"k=first&k=second&p:x=1&p:x=2", `key="first" props=map[x:1]`},
+		{"&&kp=1&", `key="data" props=map[]`},
+		{"k=a+b%26c", `key="a b&c" props=map[]`},
+		{"k=%zz", `error: bad Consumerd-Meta header "k=%zz"`},
+		{"k;x=1", `error: bad Consumerd-Meta header "k;x=1"`},
+		{"kl=9", `error: key length "9" does not fit a payload of 4 bytes`},
+	} {
+		im, err := decodeMessage("c/0000", 1, time.Time{}, nats.Header{metaHeader: {c.meta}}, []byte("data"))
+		got := fmt.Sprintf("key=%q props=%v", im.Key, im.Properties)
+		if err != nil {
+			got = "error: " + err.Error()
+		}
+		if !strings.Contains(got, strings.TrimPrefix(c.want, "error: ")) || (err != nil) != strings.HasPrefix(c.want, "error: ") {
+			t.Errorf("%q: %s; want %s", c.meta, got, c.want)
+		}
+	}
+}
+
 func FuzzCodec(f *testing.F) {
 	f.Add("k", []byte("p"), "v")
 	f.Add("", []byte(""), "")
@@ -74,6 +101,14 @@ func FuzzCodec(f *testing.F) {
 		im, err := decodeMessage("c/0000", 1, time.Time{}, m.Header, m.Data)
 		if err != nil {
 			t.Fatalf("decode: %v", err)
+		}
+		// The header is a query string any reader parses alike (earlier
+		// releases read it with url.ParseQuery).
+		if meta := m.Header.Get(metaHeader); meta != "" {
+			v, err := url.ParseQuery(meta)
+			if err != nil || (prop != "" && v.Get(metaPropPfx+"p") != prop) {
+				t.Fatalf("header %q: url.ParseQuery gives %v, %v", meta, v, err)
+			}
 		}
 		if im.Key != key || !bytes.Equal(im.Payload, payload) || !maps.Equal(im.Properties, msg.Properties) {
 			t.Fatalf("round trip: key %q payload %q props %v, want %q %q %v", im.Key, im.Payload, im.Properties, key, payload, msg.Properties)
