@@ -108,7 +108,20 @@ var ErrStopRead = errors.New("daemon: stop reading")
 // at fn's first error (ErrStopRead: returns nil). Marks and data alike are
 // delivered: the message's properties say which is which.
 func (c *Client) ReadPartition(ctx context.Context, part topic.Partition, fn func(message.ImmutableMessage) error) error {
-	r, err := c.openReader(ctx, part, fn)
+	return c.readPartition(ctx, part, readStart{kind: "start"}, fn)
+}
+
+// ReadPartitionFrom is ReadPartition from message id from on (`read
+// --partition --from ID`): fn is called never when from is past the head.
+func (c *Client) ReadPartitionFrom(ctx context.Context, part topic.Partition, from message.MessageID, fn func(message.ImmutableMessage) error) error {
+	if from == 0 {
+		return c.ReadPartition(ctx, part, fn)
+	}
+	return c.readPartition(ctx, part, readStart{kind: "id", id: from}, fn)
+}
+
+func (c *Client) readPartition(ctx context.Context, part topic.Partition, start readStart, fn func(message.ImmutableMessage) error) error {
+	r, err := c.openReader(ctx, part, start, fn)
 	if err != nil {
 		return err
 	}
@@ -125,7 +138,7 @@ func (c *Client) ReadPartition(ctx context.Context, part topic.Partition, fn fun
 // returns an error wrapping ctx.Err()). It is for a reader that waits for a
 // condition the messages will satisfy, such as an end-of-input mark.
 func (c *Client) FollowPartition(ctx context.Context, part topic.Partition, fn func(message.ImmutableMessage) error) error {
-	r, err := c.openReader(ctx, part, fn)
+	r, err := c.openReader(ctx, part, readStart{kind: "start"}, fn)
 	if err != nil {
 		return err
 	}
@@ -142,8 +155,8 @@ func (c *Client) FollowPartition(ctx context.Context, part topic.Partition, fn f
 	return nil
 }
 
-// openReader opens part for a read delivering to fn.
-func (c *Client) openReader(ctx context.Context, part topic.Partition, fn func(message.ImmutableMessage) error) (*reader, error) {
+// openReader opens part for a read from start delivering to fn.
+func (c *Client) openReader(ctx context.Context, part topic.Partition, start readStart, fn func(message.ImmutableMessage) error) (*reader, error) {
 	d, err := c.Topic(ctx, part.Topic)
 	if err != nil {
 		return nil, err
@@ -151,7 +164,7 @@ func (c *Client) openReader(ctx context.Context, part topic.Partition, fn func(m
 	if part.Index < 0 || part.Index >= d.Partitions {
 		return nil, fmt.Errorf("topic %s has %d partition(s), 0..%d: partition %d does not exist", d.Name, d.Partitions, d.Partitions-1, part.Index)
 	}
-	r := &reader{cf: c.cf, topic: part.Topic, start: readStart{kind: "start"}, out: funcSink(fn)}
+	r := &reader{cf: c.cf, topic: part.Topic, start: start, out: funcSink(fn)}
 	if err := r.open(ctx, c.opener, []int{part.Index}); err != nil {
 		return nil, err
 	}

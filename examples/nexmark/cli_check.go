@@ -13,7 +13,6 @@ import (
 
 	"github.com/consumerd/consumerd/daemon"
 	"github.com/consumerd/consumerd/topic"
-	"github.com/consumerd/consumerd/wal"
 	"github.com/consumerd/consumerd/wal/message"
 	"github.com/consumerd/consumerd/windows"
 )
@@ -202,37 +201,14 @@ func (o *outputPartition) observe(m message.ImmutableMessage) error {
 // its last message id now. Only marks may follow the end marks (a sender's
 // end mark again, after a failover); a row there fails the check, naming
 // the partition and the row's message id.
-func (o *outputPartition) readRest(ctx context.Context, opener wal.Opener) error {
-	w, err := opener.Open(ctx, &wal.OpenOption{Channel: o.part.Channel()})
+func (o *outputPartition) readRest(ctx context.Context, c *daemon.Client) error {
+	head := o.ended
+	err := c.ReadPartitionFrom(ctx, o.part, o.ended+1, func(m message.ImmutableMessage) error {
+		head = m.ID
+		return o.observe(m)
+	})
 	if err != nil {
-		return fmt.Errorf("opening %s: %w", o.part, err)
-	}
-	defer w.Close()
-	head, err := w.LastID(ctx)
-	if err != nil {
-		return fmt.Errorf("%s: reading its last message id: %w", o.part, err)
-	}
-	if head > o.ended {
-		sc, err := w.Read(ctx, wal.ReadOption{Name: "nexmark-check", DeliverPolicy: wal.DeliverStartAfter(o.ended)})
-		if err != nil {
-			return fmt.Errorf("%s: reading after message id %d: %w", o.part, o.ended, err)
-		}
-		defer sc.Close()
-		for done := false; !done; {
-			select {
-			case m, ok := <-sc.Chan():
-				if !ok {
-					<-sc.Done()
-					return fmt.Errorf("%s: reading after message id %d: %w", o.part, o.ended, sc.Error())
-				}
-				if err := o.observe(m); err != nil {
-					return err
-				}
-				done = m.ID >= head
-			case <-ctx.Done():
-				return fmt.Errorf("%s: reading message ids %d to %d: %w", o.part, o.ended+1, head, ctx.Err())
-			}
-		}
+		return fmt.Errorf("%s: reading after message id %d: %w", o.part, o.ended, err)
 	}
 	if len(o.late) == 0 {
 		return nil
@@ -288,7 +264,7 @@ func followOutput(ctx context.Context, c *daemon.Client, q Query) ([]string, err
 			err := c.FollowPartition(ctx, o.part, o.observe)
 			switch {
 			case err == nil: // complete
-				if err := o.readRest(ctx, c.Opener()); err != nil {
+				if err := o.readRest(ctx, c); err != nil {
 					fail(err) // even ctx ending: the rest is unchecked
 				}
 			case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):

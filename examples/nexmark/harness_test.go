@@ -157,25 +157,35 @@ func readOutput(t testing.TB, e *shardtest.Cluster, d topic.Description) (rows [
 	done = true
 	for p, msgs := range e.ReadTopic(d) {
 		ch := topic.ChannelName(d.Name, p)
-		ended, senders := map[int]bool{}, 0
-		for _, m := range msgs {
-			mk, ok, err := windows.MarkOf(m)
-			switch {
-			case err != nil:
-				t.Fatalf("%s message %d: %v", ch, m.ID, err)
-			case ok:
-				senders = mk.Senders
-				if mk.Time == windows.MaxTime {
-					ended[mk.Sender] = true
-				}
-			default:
-				rows = append(rows, string(m.Payload))
-			}
-		}
-		if senders == 0 || len(ended) < senders {
+		part, ended, senders := splitOutput(t, ch, msgs)
+		rows = append(rows, part...)
+		if senders == 0 || ended < senders {
 			done = false
-			why = fmt.Sprintf("%s: %d of %d senders ended", ch, len(ended), senders)
+			why = fmt.Sprintf("%s: %d of %d senders ended", ch, ended, senders)
 		}
 	}
 	return rows, done, why
+}
+
+// splitOutput splits a partition's messages into its rows (the payloads of
+// the messages that are not marks), the number of senders whose end mark
+// (MaxTime) it holds, and the number of senders its marks name.
+func splitOutput(t testing.TB, ch string, msgs []message.ImmutableMessage) (rows []string, ended, senders int) {
+	t.Helper()
+	end := map[int]bool{}
+	for _, m := range msgs {
+		mk, ok, err := windows.MarkOf(m)
+		switch {
+		case err != nil:
+			t.Fatalf("%s message %d: %v", ch, m.ID, err)
+		case ok:
+			senders = mk.Senders
+			if mk.Time == windows.MaxTime {
+				end[mk.Sender] = true
+			}
+		default:
+			rows = append(rows, string(m.Payload))
+		}
+	}
+	return rows, len(end), senders
 }

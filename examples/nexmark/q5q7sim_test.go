@@ -124,24 +124,10 @@ func (sim *winSim) runToEnd(events []Event, out string) []string {
 	}
 	var rows []string
 	for p, log := range sim.topics[out] {
-		ended := map[int]bool{}
-		senders := 0
-		for _, m := range log {
-			mk, ok, err := windows.MarkOf(m)
-			switch {
-			case err != nil:
-				sim.t.Fatal(err)
-			case ok:
-				senders = mk.Senders
-				if mk.Time == windows.MaxTime {
-					ended[mk.Sender] = true
-				}
-			default:
-				rows = append(rows, string(m.Payload))
-			}
-		}
-		if senders == 0 || len(ended) != senders {
-			sim.t.Fatalf("%s/%d: %d of %d senders ended", out, p, len(ended), senders)
+		part, ended, senders := splitOutput(sim.t, fmt.Sprintf("%s/%d", out, p), log)
+		rows = append(rows, part...)
+		if senders == 0 || ended != senders {
+			sim.t.Fatalf("%s/%d: %d of %d senders ended", out, p, ended, senders)
 		}
 	}
 	return rows

@@ -123,12 +123,15 @@ func decodeMessage(channel string, seq uint64, ts time.Time, hdr nats.Header, da
 			continue
 		}
 		rawName, rawValue, _ := strings.Cut(pair, "=")
-		name, err1 := url.QueryUnescape(rawName)
-		val, err2 := url.QueryUnescape(rawValue)
-		if err := errors.Join(err1, err2); err != nil || strings.Contains(rawName, ";") {
-			if err == nil {
-				err = errors.New("a semicolon in a name")
-			}
+		name, err := url.QueryUnescape(rawName)
+		var val string
+		if err == nil {
+			val, err = url.QueryUnescape(rawValue)
+		}
+		if err == nil && strings.Contains(pair, ";") { // as url.ParseQuery
+			err = errors.New("an unescaped semicolon")
+		}
+		if err != nil {
 			return im, fmt.Errorf("jetstream: channel %q message %d: bad %s header %q: %w", channel, seq, metaHeader, pair, err)
 		}
 		switch {
