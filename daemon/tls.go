@@ -278,7 +278,7 @@ func tlsHint(who, prefix string, err error) string {
 		return fmt.Sprintf("%s does not speak TLS there: drop the --%s.cacert/--%s.cert/--%s.key flags, or enable TLS on it", who, prefix, prefix, prefix)
 	case errors.As(err, &op) && op.Op == "remote error",
 		strings.Contains(err.Error(), "remote error: tls:"): // NATS and gRPC keep only the text
-		return fmt.Sprintf("%s refused this client's certificate, or none was given: set --%s.cert and --%s.key to a certificate signed by a CA %s trusts", who, prefix, prefix, who)
+		return fmt.Sprintf("%s refused this client's TLS certificate, or none was given: set --%s.cert and --%s.key to a certificate signed by a CA %s trusts", who, prefix, prefix, who)
 	case strings.Contains(err.Error(), "x509: certificate signed by unknown authority"):
 		return fmt.Sprintf("%s's certificate is not signed by a CA this client trusts: set --%s.cacert to the CA that signed it", who, prefix)
 	}

@@ -62,7 +62,7 @@ func natsHint(err error) string {
 	case errors.Is(err, nats.ErrTLS) && strings.Contains(err.Error(), "closed by remote after TLS handshake"):
 		// With TLS 1.3 a server refusing the client's certificate closes
 		// the connection after the client's handshake completed.
-		return "NATS refused this client's certificate, or none was given: set --wal.cert and --wal.key to a certificate signed by a CA NATS trusts"
+		return "NATS refused this client's TLS certificate, or none was given: set --wal.cert and --wal.key to a certificate signed by a CA NATS trusts"
 	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked):
 		return "NATS refused the credentials: check --wal.creds, or --wal.user and its password"
 	case errors.Is(err, nats.ErrSecureConnRequired):

@@ -380,38 +380,46 @@ func TestPipelinedTransientFailureRetriedInOrder(t *testing.T) {
 
 // TestPipelinedFailureBeforeStoredNotRetried: on a term-0 WAL, when a later
 // append was already stored, the failed earlier one is reported, not stored
-// out of order.
+// out of order. The acknowledgements are held (behind a first message whose
+// acknowledgement waits on gate) until every append is handed in, so the
+// later appends are stored before the adaptor learns of the failure; without
+// the gate the failure may arrive first, and then retrying it is right.
 func TestPipelinedFailureBeforeStoredNotRetried(t *testing.T) {
-	e := newEnv(t, true)
-	var calls atomic.Int64
+	e := newEnv(t, false) // acknowledgements in call order: the gate's first
+	gate := make(chan struct{})
+	var failed atomic.Bool
 	e.mem.SetAppendHook(func(_ string, m *message.MutableMessage, st memory.Stage) error {
-		if st == memory.BeforeStore && calls.Add(1) == 1 {
-			return errTransient // the first fails, unstored; the others are stored
+		switch {
+		case st == memory.AfterStore && string(m.Payload) == "gate":
+			<-gate
+		case st == memory.BeforeStore && string(m.Payload) == "0" && failed.CompareAndSwap(false, true):
+			return errTransient // the first attempt fails, unstored; the others are stored
 		}
 		return nil
 	})
 	w := e.open(t, "t/0000", 0)
 	const total = 4
-	errs := make([]error, total)
+	errs := make([]error, total+1)
 	var wg sync.WaitGroup
-	wg.Add(total)
-	for i := 0; i < total; i++ {
-		w.AppendAsync(context.Background(), msg(strconv.Itoa(i)), func(_ *wal.AppendResult, err error) {
+	wg.Add(total + 1)
+	for i, p := range []string{"gate", "0", "1", "2", "3"} {
+		w.AppendAsync(context.Background(), msg(p), func(_ *wal.AppendResult, err error) {
 			errs[i] = err
 			wg.Done()
 		})
 	}
+	close(gate)
 	wg.Wait()
-	if errs[0] == nil || !errors.Is(errs[0], errTransient) {
-		t.Fatalf("append 0: error %v, want the transient failure reported", errs[0])
+	if errs[1] == nil || !errors.Is(errs[1], errTransient) {
+		t.Fatalf("append 0: error %v, want the transient failure reported", errs[1])
 	}
-	for i := 1; i < total; i++ {
-		if errs[i] != nil {
-			t.Fatalf("append %d: %v", i, errs[i])
+	for i, err := range errs {
+		if i != 1 && err != nil {
+			t.Fatalf("append %d: %v", i, err)
 		}
 	}
-	if got := payloads(readAll(t, w)); !equal(got, []string{"1", "2", "3"}) {
-		t.Fatalf("log = %v, want [1 2 3] (0 must not be stored after them)", got)
+	if got := payloads(readAll(t, w)); !equal(got, []string{"gate", "1", "2", "3"}) {
+		t.Fatalf("log = %v, want [gate 1 2 3] (0 must not be stored after them)", got)
 	}
 }
 
