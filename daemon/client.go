@@ -83,7 +83,7 @@ func (c *clientFlags) etcd(ctx context.Context) (*clientv3.Client, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	cli, err := dialEtcd(ctx, c.etcdEndpoints, c.etcdPrefix, c.dialTimeout, c.etcdSec, true)
+	cli, err := dialEtcd(ctx, hclog.NewNullLogger(), c.etcdEndpoints, c.etcdPrefix, c.dialTimeout, c.etcdSec, true)
 	if err != nil {
 		return nil, err
 	}
@@ -143,8 +143,9 @@ func (c *clientFlags) snapshot(ctx context.Context) (*clientv3.Client, allocator
 // endpoint can answer: a TLS handshake refused names why and the flag to
 // set, and endpoints that all refuse the connection fail only when
 // refusedIsFinal (a client command; serve, which may start before etcd
-// does, waits instead).
-func dialEtcd(ctx context.Context, endpoints []string, prefix string, timeout time.Duration, sec connSecurity, refusedIsFinal bool) (*clientv3.Client, error) {
+// does, waits instead, and waits out an etcd that answers but cannot serve
+// the ping yet: startupEtcd, logging to log).
+func dialEtcd(ctx context.Context, log hclog.Logger, endpoints []string, prefix string, timeout time.Duration, sec connSecurity, refusedIsFinal bool) (*clientv3.Client, error) {
 	where := strings.Join(endpoints, ",")
 	cfg, err := etcdClientConfig(ctx, endpoints, timeout, sec)
 	if err != nil {
@@ -163,9 +164,18 @@ func dialEtcd(ctx context.Context, endpoints []string, prefix string, timeout ti
 		}
 		return nil, fmt.Errorf("cannot reach etcd at %s: %w", where, withHint(err, etcdHint(err, cfg.Username, prefix)))
 	}
-	cctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	if _, err := cli.Get(cctx, prefix+"/ping", clientv3.WithCountOnly()); err != nil {
+	ping := func(ctx context.Context) error {
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		_, err := cli.Get(cctx, prefix+"/ping", clientv3.WithCountOnly())
+		return err
+	}
+	if refusedIsFinal {
+		err = ping(ctx)
+	} else { // serve: an etcd electing a leader is waited out
+		err = startupEtcd(ctx, log, "reading "+prefix+"/ping", ping)
+	}
+	if err != nil {
 		cli.Close()
 		if errors.Is(err, context.DeadlineExceeded) {
 			err = fmt.Errorf("no answer within %s", timeout)

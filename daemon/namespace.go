@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/hashicorp/go-hclog"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -15,13 +16,18 @@ func namespaceKey(prefix string) string { return prefix + "/wal-namespace" }
 // claimRecord writes value at key unless the key exists, and returns what
 // the key holds then (value when this call wrote it): how the first member
 // records a cluster-wide setting that later members must share. what names
-// the setting in errors.
-func claimRecord(ctx context.Context, cli *clientv3.Client, key, value, what string) (string, error) {
-	resp, err := cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, value)).
-		Else(clientv3.OpGet(key)).
-		Commit()
+// the setting in errors. A transient etcd failure is waited out
+// (startupEtcd).
+func claimRecord(ctx context.Context, log hclog.Logger, cli *clientv3.Client, key, value, what string) (string, error) {
+	var resp *clientv3.TxnResponse
+	err := startupEtcd(ctx, log, "recording the "+what, func(ctx context.Context) (err error) {
+		resp, err = cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, value)).
+			Else(clientv3.OpGet(key)).
+			Commit()
+		return err
+	})
 	if err != nil {
 		return "", fmt.Errorf("recording the %s at %s: %w", what, key, err)
 	}
@@ -39,9 +45,9 @@ func claimRecord(ctx context.Context, cli *clientv3.Client, key, value, what str
 // against the one recorded. A member with another namespace would read and
 // write other streams than the rest of its cluster (its shards' state would
 // seem lost, its outputs go where nobody reads): it is refused, naming both.
-func claimNamespace(ctx context.Context, cli *clientv3.Client, prefix, ns string) error {
+func claimNamespace(ctx context.Context, log hclog.Logger, cli *clientv3.Client, prefix, ns string) error {
 	key := namespaceKey(prefix)
-	got, err := claimRecord(ctx, cli, key, ns, "WAL namespace")
+	got, err := claimRecord(ctx, log, cli, key, ns, "WAL namespace")
 	if err != nil {
 		return err
 	}
@@ -63,9 +69,9 @@ func replicasKey(prefix string) string { return prefix + "/wal-replicas" }
 // against the one recorded: members creating streams with different
 // replication would leave some partitions on fewer servers than the
 // operator chose, which shows only when a server is lost.
-func claimReplicas(ctx context.Context, cli *clientv3.Client, prefix string, n int) error {
+func claimReplicas(ctx context.Context, log hclog.Logger, cli *clientv3.Client, prefix string, n int) error {
 	key := replicasKey(prefix)
-	got, err := claimRecord(ctx, cli, key, strconv.Itoa(n), "WAL replicas")
+	got, err := claimRecord(ctx, log, cli, key, strconv.Itoa(n), "WAL replicas")
 	if err != nil {
 		return err
 	}

@@ -54,7 +54,7 @@ func TestMemberWithAnotherNamespaceIsRefused(t *testing.T) {
 func TestClientsFollowTheRecordedNamespace(t *testing.T) {
 	c := newCLI(t)
 	cli := etcdtest.NewClient(t, strings.Split(c.etcd, ","))
-	if err := claimNamespace(t.Context(), cli, "/consumerd", "blue"); err != nil { // as serve --wal.namespace blue does
+	if err := claimNamespace(t.Context(), hclog.NewNullLogger(), cli, "/consumerd", "blue"); err != nil { // as serve --wal.namespace blue does
 		t.Fatal(err)
 	}
 	c.ok("", "topics", "create", "--name", "t", "--partitions", "1")
@@ -85,7 +85,7 @@ func TestClientsFollowTheRecordedNamespace(t *testing.T) {
 func TestClientsCreateStreamsWithTheRecordedReplicas(t *testing.T) {
 	c := &cli{t: t, etcd: strings.Join(etcdtest.StartServer(t), ","), nats: natstest.StartCluster(t, 3), apps: []shard.App{wordcount.App()}}
 	cli := etcdtest.NewClient(t, strings.Split(c.etcd, ","))
-	if err := claimReplicas(t.Context(), cli, "/consumerd", 3); err != nil { // as serve --wal.replicas 3 does
+	if err := claimReplicas(t.Context(), hclog.NewNullLogger(), cli, "/consumerd", 3); err != nil { // as serve --wal.replicas 3 does
 		t.Fatal(err)
 	}
 	c.ok("", "topics", "create", "--name", "t", "--partitions", "1")

@@ -172,16 +172,16 @@ func serve(ctx context.Context, cfg serveConfig, embedded []shard.App, apps map[
 		endpoints = es.Endpoints()
 		log.Info("embedded etcd started", "client_url", cfg.EmbeddedEtcdClientURL, "dir", dir)
 	}
-	client, err := dialEtcd(ctx, endpoints, cfg.EtcdPrefix, 10*time.Second, cfg.Etcd, false)
+	client, err := dialEtcd(ctx, log, endpoints, cfg.EtcdPrefix, 10*time.Second, cfg.Etcd, false)
 	if err != nil {
 		return err
 	}
 	defer client.Close()
 	s.client = client
-	if err := claimNamespace(ctx, client, cfg.EtcdPrefix, namespace); err != nil {
+	if err := claimNamespace(ctx, log, client, cfg.EtcdPrefix, namespace); err != nil {
 		return err
 	}
-	if err := claimReplicas(ctx, client, cfg.EtcdPrefix, cfg.WALReplicas); err != nil {
+	if err := claimReplicas(ctx, log, client, cfg.EtcdPrefix, cfg.WALReplicas); err != nil {
 		return err
 	}
 
