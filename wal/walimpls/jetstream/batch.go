@@ -156,14 +156,14 @@ func (w *walImpl) AppendBatch(ctx context.Context, b walimpls.Batch) (res walimp
 // sendAtomic sends the batch's messages of an atomic batch, without
 // replies, and stamps the marker as its commit.
 func (w *walImpl) sendAtomic(b walimpls.Batch, marker *nats.Msg) error {
-	id := nuid.Next()
+	id := []string{nuid.Next()} // one value shared: nats.go only reads it
 	for i := range b.Messages {
 		m := encodeMessage(w.n.data, &b.Messages[i])
 		if m.Header == nil {
-			m.Header = nats.Header{}
+			m.Header = make(nats.Header, encodeHeaders)
 		}
-		m.Header[batchIDHeader] = []string{id}
-		m.Header[batchSeqHeader] = []string{strconv.Itoa(i + 1)}
+		m.Header[batchIDHeader] = id
+		m.Header[batchSeqHeader] = batchSeqValue(i + 1)
 		if err := w.checkSize(m); err != nil {
 			return err
 		}
@@ -171,8 +171,8 @@ func (w *walImpl) sendAtomic(b walimpls.Batch, marker *nats.Msg) error {
 			return fmt.Errorf("jetstream: append batch to channel %q on %s: %w", w.n.channel, w.o.cfg.URL, err)
 		}
 	}
-	marker.Header[batchIDHeader] = []string{id}
-	marker.Header[batchSeqHeader] = []string{strconv.Itoa(len(b.Messages) + 1)}
+	marker.Header[batchIDHeader] = id
+	marker.Header[batchSeqHeader] = batchSeqValue(len(b.Messages) + 1)
 	marker.Header[batchCommitHeader] = []string{"1"}
 	return nil
 }
@@ -205,6 +205,25 @@ func (w *walImpl) sendOneByOne(ctx context.Context, b walimpls.Batch, subj strin
 		}
 	}
 	return first, nil
+}
+
+// batchSeqValues holds the Nats-Batch-Sequence values 1 … maxAtomicBatch,
+// built once and shared read-only by every batch: a message's sequence
+// value is then no allocation.
+var batchSeqValues = func() [][]string {
+	v := make([][]string, maxAtomicBatch+1)
+	for i := range v {
+		v[i] = []string{strconv.Itoa(i)}
+	}
+	return v
+}()
+
+// batchSeqValue is the header value of batch sequence n (1-based).
+func batchSeqValue(n int) []string {
+	if n < len(batchSeqValues) {
+		return batchSeqValues[n]
+	}
+	return []string{strconv.Itoa(n)}
 }
 
 // Headers of atomic batches.

@@ -44,9 +44,17 @@ const (
 	termHeader = "Consumerd-Term"
 )
 
+// encodeHeaders is room for the headers a message may carry: meta, dedupe
+// id and a batch's or a chain's two. Sized up front, the map never grows
+// (growing it was a measurable share of publishing).
+const encodeHeaders = 4
+
 // encodeMessage builds the NATS message for msg on subject.
 func encodeMessage(subject string, msg *message.MutableMessage) *nats.Msg {
 	m := &nats.Msg{Subject: subject, Data: msg.Payload}
+	if msg.Key != "" || len(msg.Properties) > 0 || msg.DedupeID != "" {
+		m.Header = make(nats.Header, encodeHeaders)
+	}
 	if msg.Key != "" || len(msg.Properties) > 0 {
 		var meta strings.Builder
 		switch {
@@ -66,12 +74,9 @@ func encodeMessage(subject string, msg *message.MutableMessage) *nats.Msg {
 				metaPair(&meta, metaPropPfx+k, msg.Properties[k])
 			}
 		}
-		m.Header = nats.Header{metaHeader: []string{meta.String()}}
+		m.Header[metaHeader] = []string{meta.String()}
 	}
 	if msg.DedupeID != "" {
-		if m.Header == nil {
-			m.Header = nats.Header{}
-		}
 		m.Header[jetstream.MsgIDHeader] = []string{msg.DedupeID}
 	}
 	return m
