@@ -22,6 +22,7 @@ import (
 	"github.com/consumerd/consumerd/allocator"
 	"github.com/consumerd/consumerd/internal/embedetcd"
 	"github.com/consumerd/consumerd/internal/embednats"
+	"github.com/consumerd/consumerd/internal/gctarget"
 	"github.com/consumerd/consumerd/internal/retry"
 	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/wal"
@@ -264,8 +265,10 @@ func serve(ctx context.Context, cfg serveConfig, embedded []shard.App, apps map[
 		<-httpDone
 		log.Debug("HTTP server stopped")
 	}()
+	gcPercent, gcFrom := gctarget.Apply()
 	log.Info("serving", "member", cfg.MemberID, "zone", cfg.Zone, "endpoint", s.endpoint,
-		"apps", strings.Join(cfg.Apps, ","), "etcd", endpoints, "wal", walURL, "wal_namespace", namespace)
+		"apps", strings.Join(cfg.Apps, ","), "etcd", endpoints, "wal", walURL, "wal_namespace", namespace,
+		"gc_percent", gcPercent, "gc_from", gcFrom)
 
 	runCtx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/consumerd/consumerd/allocator"
 	"github.com/consumerd/consumerd/internal/benchround"
+	"github.com/consumerd/consumerd/internal/gctarget"
 	"github.com/consumerd/consumerd/internal/natsproc"
 	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/shard/shardtest"
@@ -64,6 +65,7 @@ const benchPartitions = 2
 // (getrusage; it also hosts the test's etcd, idle meanwhile). Every query's
 // output is then checked against its model, outside the span.
 func BenchmarkNexmark(b *testing.B) {
+	gctarget.Apply() // as a member does (serve)
 	events := benchEvents(b)
 	g, err := NewGenerator(1, DefaultRate)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/consumerd/consumerd/allocator"
 	"github.com/consumerd/consumerd/examples/wordcount"
 	"github.com/consumerd/consumerd/internal/benchround"
+	"github.com/consumerd/consumerd/internal/gctarget"
 	"github.com/consumerd/consumerd/internal/natstest"
 	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/shard/shardtest"
@@ -38,6 +39,7 @@ func BenchmarkConsume(b *testing.B) {
 	if b.N > 1 {
 		b.Skip("measured once at -benchtime 1x")
 	}
+	gctarget.Apply() // as a member does (serve)
 	benchround.Run(b, benchround.Spec{
 		Name:     "shard.consume",
 		Params:   fmt.Sprintf("app=wordcount shards=%d msgs=%d", benchShards, benchMsgs),

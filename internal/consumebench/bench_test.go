@@ -13,6 +13,7 @@ import (
 	njs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/consumerd/consumerd/internal/benchround"
+	"github.com/consumerd/consumerd/internal/gctarget"
 	"github.com/consumerd/consumerd/internal/natstest"
 	"github.com/consumerd/consumerd/recoverylog"
 	"github.com/consumerd/consumerd/shard"
@@ -53,6 +54,7 @@ func BenchmarkConsumeRealisticR3(b *testing.B) {
 }
 
 func realisticBench(b *testing.B, name string, replicas int, start func() string) {
+	gctarget.Apply() // as a member does (serve)
 	if b.N > 1 {
 		b.Skip("measured once at -benchtime 1x")
 	}
