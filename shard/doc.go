@@ -63,8 +63,11 @@
 // State and offsets change together, and only log-acknowledged Txn records
 // count, so after any crash the next primary resumes exactly where the
 // committed state ends: each message changes state exactly once. Messages
-// an application publishes (topic.Publisher) are at-least-once: a
-// transaction that fails after its Flush may publish again when retried.
+// an application publishes through the Publisher Consume and Flush get are
+// exactly once too: they are staged as outbox rows in the same recovery-log
+// record and published after the commit, as chained atomic batches that a
+// retry or a successor cannot store twice (see Publisher). Only a
+// topic.Publisher used outside transactions is at-least-once.
 //
 // # Snapshots
 //
