@@ -28,12 +28,15 @@ const (
 )
 
 // BenchmarkLatency measures, for every message of a steady load at half the
-// maximum rate (measured in the same round, on the same shards, as the
-// time to consume latencyMaxMsgs stored messages), the time from its
-// publish acknowledgement until the state it changed is committed and
-// visible to a query: until its shard's committed offset (written in the
-// same batch as the state, read from the database a query reads) reaches
-// it, sampled every millisecond.
+// maximum rate, the time from its publish acknowledgement until the state
+// it changed is committed and visible to a query: until its shard's
+// committed offset (written in the same batch as the state, read from the
+// database a query reads) reaches it, sampled every millisecond. The
+// maximum rate is measured in the same round, on the same shards: the rate
+// at which latencyMaxMsgs messages, published all at once while the shards
+// run, are stored, consumed and committed. This process publishes the load
+// and runs the broker as well as the shards, so a maximum measured on
+// stored messages alone would leave no room at its "half".
 //
 //	BENCH latency offered=N max_rate=M msgs=K rounds=R p50_ms=… p90_ms=… p99_ms=… max_ms=… min=… max=…
 //
@@ -68,7 +71,7 @@ type latencyResult struct {
 
 // latencyRound measures one round on a fresh cluster.
 func latencyRound(b *testing.B) latencyResult {
-	e := newRealistic(b, natstest.Start(b), 1, latencyMaxMsgs)
+	e := newRealistic(b, natstest.Start(b), 1, 0)
 	n := e.e.StartNode("bench", b.TempDir())
 	defer n.Kill()
 	specs := e.specs()
@@ -76,12 +79,17 @@ func latencyRound(b *testing.B) latencyResult {
 	for i, s := range specs {
 		chans[i] = s.Sources[0].Channel()
 	}
+	load := newLoadPublisher(e.e)
 
-	// The maximum rate: the stored messages consumed and committed.
-	start := time.Now()
+	// The maximum rate: latencyMaxMsgs messages published as fast as the
+	// broker takes them while the shards consume them, as under the steady
+	// load (this process publishes, stores and consumes alike), from the
+	// first publish until every one is committed.
 	for _, s := range specs {
 		e.e.Assign(n, s.ID, 0)
 	}
+	start := time.Now()
+	load.publish(b, "max", latencyMaxMsgs, 0, nil)
 	lastIDs := map[string]message.MessageID{}
 	for _, ch := range chans {
 		lastIDs[ch] = e.e.LastID(ch)
@@ -118,46 +126,10 @@ func latencyRound(b *testing.B) latencyResult {
 	}()
 
 	// The steady load: offered messages a second, sent every tick.
-	type acked struct {
-		part int
-		id   message.MessageID
-		at   time.Time
-	}
-	var mu sync.Mutex
 	var acks []acked
-	var pubErr error
-	var pubWG sync.WaitGroup
-	desc := topic.Description{Name: inputTopic, Partitions: realParts}
-	rng := rand.New(rand.NewPCG(7, 7))
-	payload := make([]byte, realPayload)
 	loadStart, cpu0 := time.Now(), processCPU(b)
-	sent := 0
-	for tick := time.NewTicker(latencyTick); time.Since(loadStart) < latencySpan; <-tick.C {
-		due := int(offered * time.Since(loadStart).Seconds())
-		for ; sent < due; sent++ {
-			for j := range payload {
-				payload[j] = byte(rng.Uint32())
-			}
-			pubWG.Add(1)
-			e.e.Pub.PublishAsync(ctx, desc, message.MutableMessage{Key: fmt.Sprintf("load-%09d", sent), Payload: slices.Clone(payload)},
-				func(p topic.Partition, id message.MessageID, err error) {
-					now := time.Now()
-					mu.Lock()
-					defer mu.Unlock()
-					if err != nil {
-						pubErr = err
-					} else {
-						acks = append(acks, acked{part: p.Index, id: id, at: now})
-					}
-					pubWG.Done()
-				})
-		}
-	}
-	pubWG.Wait()
+	load.publish(b, "load", int(offered*latencySpan.Seconds()), offered, func(a acked) { acks = append(acks, a) })
 	cores := (processCPU(b) - cpu0).Seconds() / time.Since(loadStart).Seconds()
-	if pubErr != nil {
-		b.Fatalf("publish load: %v", pubErr)
-	}
 	for _, ch := range chans {
 		lastIDs[ch] = e.e.LastID(ch)
 	}
@@ -192,6 +164,76 @@ func latencyRound(b *testing.B) latencyResult {
 		b.Fatalf("query %s = %q, %v, %v; want 1", key, v, found, err)
 	}
 	return latencyResult{maxRate: maxRate, offered: offered, lat: lat, cores: cores}
+}
+
+// acked is a published message's partition, id and acknowledgement time.
+type acked struct {
+	part int
+	id   message.MessageID
+	at   time.Time
+}
+
+// loadPublisher publishes the latency workload: unique keys, incompressible
+// payloads (from a ChaCha8 stream: generating them costs this process
+// little beside the work it measures).
+type loadPublisher struct {
+	e       *shardtest.Cluster
+	desc    topic.Description
+	rng     *rand.ChaCha8
+	payload []byte
+}
+
+func newLoadPublisher(e *shardtest.Cluster) *loadPublisher {
+	return &loadPublisher{e: e, desc: topic.Description{Name: inputTopic, Partitions: realParts},
+		rng: rand.NewChaCha8([32]byte{7}), payload: make([]byte, realPayload)}
+}
+
+// publish sends n messages keyed prefix-<i>, rate a second (every
+// latencyTick, as many as are due), or all at once when rate is 0, and
+// waits for every acknowledgement; onAck (if set) sees each, under a lock.
+func (l *loadPublisher) publish(b *testing.B, prefix string, n int, rate float64, onAck func(acked)) {
+	var mu sync.Mutex
+	var pubErr error
+	var wg sync.WaitGroup
+	send := func(i int) {
+		_, _ = l.rng.Read(l.payload)
+		wg.Add(1)
+		l.e.Pub.PublishAsync(context.Background(), l.desc, message.MutableMessage{Key: fmt.Sprintf("%s-%09d", prefix, i), Payload: slices.Clone(l.payload)},
+			func(p topic.Partition, id message.MessageID, err error) {
+				now := time.Now()
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					pubErr = err
+				} else if onAck != nil {
+					onAck(acked{part: p.Index, id: id, at: now})
+				}
+				wg.Done()
+			})
+	}
+	sent := 0
+	if rate <= 0 {
+		for ; sent < n; sent++ {
+			send(sent)
+		}
+	} else {
+		start := time.Now()
+		tick := time.NewTicker(latencyTick)
+		for sent < n {
+			due := min(n, int(rate*time.Since(start).Seconds()))
+			for ; sent < due; sent++ {
+				send(sent)
+			}
+			if sent < n {
+				<-tick.C
+			}
+		}
+		tick.Stop()
+	}
+	wg.Wait()
+	if pubErr != nil {
+		b.Fatalf("publish %s: %v", prefix, pubErr)
+	}
 }
 
 type offsetSample struct {
