@@ -157,11 +157,9 @@ func (w *walImpl) AppendBatch(ctx context.Context, b walimpls.Batch) (res walimp
 // replies, and stamps the marker as its commit.
 func (w *walImpl) sendAtomic(b walimpls.Batch, marker *nats.Msg) error {
 	id := []string{nuid.Next()} // one value shared: nats.go only reads it
+	m := &nats.Msg{Header: make(nats.Header, encodeHeaders)} // reused: see encodeInto
 	for i := range b.Messages {
-		m := encodeMessage(w.n.data, &b.Messages[i])
-		if m.Header == nil {
-			m.Header = make(nats.Header, encodeHeaders)
-		}
+		encodeInto(m, w.n.data, &b.Messages[i])
 		m.Header[batchIDHeader] = id
 		m.Header[batchSeqHeader] = batchSeqValue(i + 1)
 		if err := w.checkSize(m); err != nil {

@@ -51,8 +51,20 @@ const encodeHeaders = 4
 
 // encodeMessage builds the NATS message for msg on subject.
 func encodeMessage(subject string, msg *message.MutableMessage) *nats.Msg {
-	m := &nats.Msg{Subject: subject, Data: msg.Payload}
-	if msg.Key != "" || len(msg.Properties) > 0 || msg.DedupeID != "" {
+	m := &nats.Msg{}
+	encodeInto(m, subject, msg)
+	return m
+}
+
+// encodeInto makes m the NATS message for msg on subject, reusing m's header
+// map (emptied) if it has one: a batch publishes its messages through one
+// nats.Msg, as nats.go's PublishMsg copies a message into the connection's
+// buffer before it returns.
+func encodeInto(m *nats.Msg, subject string, msg *message.MutableMessage) {
+	hdr := m.Header
+	clear(hdr)
+	*m = nats.Msg{Subject: subject, Data: msg.Payload, Header: hdr}
+	if m.Header == nil && (msg.Key != "" || len(msg.Properties) > 0 || msg.DedupeID != "") {
 		m.Header = make(nats.Header, encodeHeaders)
 	}
 	if msg.Key != "" || len(msg.Properties) > 0 {
@@ -79,7 +91,6 @@ func encodeMessage(subject string, msg *message.MutableMessage) *nats.Msg {
 	if msg.DedupeID != "" {
 		m.Header[jetstream.MsgIDHeader] = []string{msg.DedupeID}
 	}
-	return m
 }
 
 // setChain makes m a link of a fenced writer's chain: it carries msgID as its
