@@ -156,7 +156,7 @@ func (w *walImpl) AppendBatch(ctx context.Context, b walimpls.Batch) (res walimp
 // sendAtomic sends the batch's messages of an atomic batch, without
 // replies, and stamps the marker as its commit.
 func (w *walImpl) sendAtomic(b walimpls.Batch, marker *nats.Msg) error {
-	id := []string{nuid.Next()} // one value shared: nats.go only reads it
+	id := []string{nuid.Next()}                              // one value shared: nats.go only reads it
 	m := &nats.Msg{Header: make(nats.Header, encodeHeaders)} // reused: see encodeInto
 	for i := range b.Messages {
 		encodeInto(m, w.n.data, &b.Messages[i])
