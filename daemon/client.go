@@ -168,6 +168,9 @@ func dialEtcd(ctx context.Context, log hclog.Logger, endpoints []string, prefix 
 		cctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		_, err := cli.Get(cctx, prefix+"/ping", clientv3.WithCountOnly())
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			err = fmt.Errorf("no answer within %s", timeout)
+		}
 		return err
 	}
 	if refusedIsFinal {
@@ -177,9 +180,6 @@ func dialEtcd(ctx context.Context, log hclog.Logger, endpoints []string, prefix 
 	}
 	if err != nil {
 		cli.Close()
-		if errors.Is(err, context.DeadlineExceeded) {
-			err = fmt.Errorf("no answer within %s", timeout)
-		}
 		return nil, fmt.Errorf("cannot reach etcd at %s: %w", where, withHint(err, etcdHint(err, cfg.Username, prefix)))
 	}
 	return cli, nil

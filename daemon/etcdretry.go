@@ -43,7 +43,7 @@ func transientEtcd(err error) bool {
 // again while it fails transiently (transientEtcd), logging each retry, for
 // up to startupEtcdWait: a member started while etcd elects a leader (a
 // restart during an etcd fault) must wait, not exit. what names the request
-// in logs and in the error.
+// in the logs; the caller's error names it.
 func startupEtcd(ctx context.Context, log hclog.Logger, what string, fn func(context.Context) error) error {
 	wctx, cancel := context.WithTimeout(ctx, startupEtcdWait)
 	defer cancel()
@@ -54,7 +54,7 @@ func startupEtcd(ctx context.Context, log hclog.Logger, what string, fn func(con
 		},
 	}, func() error { return fn(wctx) })
 	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
-		return fmt.Errorf("%s: etcd could not serve it for %s (is a majority of its members up and connected?): %w", what, startupEtcdWait, err)
+		return fmt.Errorf("etcd could not serve the request for %s (is a majority of its members up and connected?): %w", startupEtcdWait, err)
 	}
 	return err
 }
