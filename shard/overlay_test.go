@@ -6,19 +6,14 @@ import (
 	"testing"
 
 	"github.com/linxGnu/grocksdb"
+
+	"github.com/consumerd/consumerd/internal/rockstest"
 )
 
 // TestOverlayAgainstRocksDB checks that the overlay reads a real RocksDB
 // write batch the way the database would after applying it.
 func TestOverlayAgainstRocksDB(t *testing.T) {
-	opts := grocksdb.NewDefaultOptions()
-	opts.SetCreateIfMissing(true)
-	defer opts.Destroy()
-	db, err := grocksdb.OpenDb(opts, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := rockstest.Open(t)
 	ro, wo := grocksdb.NewDefaultReadOptions(), grocksdb.NewDefaultWriteOptions()
 	defer ro.Destroy()
 	defer wo.Destroy()

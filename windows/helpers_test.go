@@ -8,6 +8,7 @@ import (
 
 	"github.com/linxGnu/grocksdb"
 
+	"github.com/consumerd/consumerd/internal/rockstest"
 	"github.com/consumerd/consumerd/topic"
 )
 
@@ -20,18 +21,10 @@ type testDB struct {
 
 func openDB(t testing.TB) *testDB {
 	t.Helper()
-	opts := grocksdb.NewDefaultOptions()
-	opts.SetCreateIfMissing(true)
-	defer opts.Destroy()
-	db, err := grocksdb.OpenDb(opts, t.TempDir())
-	if err != nil {
-		t.Fatalf("open rocksdb: %v", err)
-	}
-	d := &testDB{db: db, ro: grocksdb.NewDefaultReadOptions(), wo: grocksdb.NewDefaultWriteOptions()}
+	d := &testDB{db: rockstest.Open(t), ro: grocksdb.NewDefaultReadOptions(), wo: grocksdb.NewDefaultWriteOptions()}
 	t.Cleanup(func() {
 		d.ro.Destroy()
 		d.wo.Destroy()
-		d.db.Close()
 	})
 	return d
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/linxGnu/grocksdb"
 
+	"github.com/consumerd/consumerd/internal/rockstest"
 	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/topic"
 	"github.com/consumerd/consumerd/wal/message"
@@ -50,22 +51,14 @@ func newMemShard(t testing.TB) *fakeShard {
 // in a directory of the test's; it is closed when the test ends.
 func newDBShard(t testing.TB, spec *shard.Spec, part int) *fakeShard {
 	t.Helper()
-	opts := grocksdb.NewDefaultOptions()
-	opts.SetCreateIfMissing(true)
-	defer opts.Destroy()
-	db, err := grocksdb.OpenDb(opts, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
 	s := &fakeShard{
-		spec: spec, part: part, db: db,
+		spec: spec, part: part, db: rockstest.Open(t),
 		ro: grocksdb.NewDefaultReadOptions(), wo: grocksdb.NewDefaultWriteOptions(), wb: grocksdb.NewWriteBatch(),
 	}
 	t.Cleanup(func() {
 		s.wb.Destroy()
 		s.ro.Destroy()
 		s.wo.Destroy()
-		s.db.Close()
 	})
 	return s
 }

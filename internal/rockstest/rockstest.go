@@ -6,6 +6,22 @@ import (
 	"github.com/linxGnu/grocksdb"
 )
 
+// Open opens a fresh RocksDB in a directory of the test's with default
+// options, closed when the test ends (after the cleanups registered later,
+// such as those of options used with it).
+func Open(t testing.TB) *grocksdb.DB {
+	t.Helper()
+	opts := grocksdb.NewDefaultOptions()
+	opts.SetCreateIfMissing(true)
+	defer opts.Destroy()
+	db, err := grocksdb.OpenDb(opts, t.TempDir())
+	if err != nil {
+		t.Fatalf("open rocksdb: %v", err)
+	}
+	t.Cleanup(db.Close)
+	return db
+}
+
 // Pairs returns every key/value of db in key order.
 func Pairs(t testing.TB, db *grocksdb.DB) [][2]string {
 	t.Helper()
