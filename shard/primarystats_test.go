@@ -202,11 +202,19 @@ func TestPrimaryStatsWithoutSnapshots(t *testing.T) {
 	if _, err := e.Client.Delete(context.Background(), key); err != nil {
 		t.Fatal(err)
 	}
-	shardtest.Eventually(t, "the old primary's replica to stop", func() (bool, string) {
-		_, ok := replicaInfo(a, spec.ID)
-		return !ok, "still listed"
+	// Status drops the replica when its stop begins; the series go when it
+	// has stopped (its last commit may still land in between).
+	shardtest.Eventually(t, "the old primary's replica to stop and its series to go", func() (bool, string) {
+		if _, ok := replicaInfo(a, spec.ID); ok {
+			return false, "still listed"
+		}
+		for _, name := range []string{gaugeLastCommit, gaugeLastSnapshot, gaugeBytesSinceSnp} {
+			if v, ok := gauge(t, name, spec.ID); ok {
+				return false, fmt.Sprintf("%s = %v", name, v)
+			}
+		}
+		return true, ""
 	})
-	noSeries(t, spec.ID, "after the primary's assignment went")
 
 	e.Promote(b, spec.ID, 1)
 	e.WaitState(b, spec.ID, 0, allocator.StatePrimary)
