@@ -130,7 +130,8 @@ func (r *Recorder) Err() error {
 // acknowledged. batch is not retained: the caller may reuse or destroy it
 // when Commit returns. ctx bounds the append.
 func (r *Recorder) Commit(ctx context.Context, batch *grocksdb.WriteBatch) *Commit {
-	data := append([]byte(nil), batch.Data()...)
+	src := batch.Data()
+	data := append(make([]byte, 0, len(src)+txnTailRoom), src...) // room for applyToDB's position put
 	return r.commit(ctx, KindTxn, data, nil)
 }
 
