@@ -2,7 +2,6 @@ package jetstream
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -75,53 +74,70 @@ func (w *walImpl) Read(ctx context.Context, opt walimpls.ReadOption) (_ walimpls
 	if buf <= 0 {
 		buf = defaultReadAhead
 	}
-	// A short idle heartbeat: if a pull request is lost (e.g. sent before a
-	// cluster route learned of a just-created consumer), the missing
-	// heartbeats make the ordered consumer recreate itself within seconds
-	// instead of after nats.go's default 30 s expiry.
-	it, err := cons.Messages(jetstream.PullMaxMessages(buf), jetstream.PullHeartbeat(scanHeartbeat))
-	if err != nil {
-		return nil, fmt.Errorf("jetstream: read channel %q: start consumer: %w", w.n.channel, err)
-	}
 	sctx, scancel := context.WithCancel(context.Background())
 	s := &scanner{
 		w:      w,
 		name:   opt.Name,
-		it:     it,
 		ch:     make(chan message.ImmutableMessage, min(buf, 256)),
 		stop:   make(chan struct{}),
+		failed: make(chan struct{}),
 		done:   make(chan struct{}),
 		ctx:    sctx,
 		cancel: scancel,
 		next:   next,
 	}
+	// Consume, not Messages: nats.go's MessagesContext.Next arms a fresh
+	// heartbeat timer (time.AfterFunc) per message, 6% of a pass-through
+	// query's CPU; Consume keeps one timer per pull and resets it.
+	//
+	// A short idle heartbeat: if a pull request is lost (e.g. sent before a
+	// cluster route learned of a just-created consumer), the missing
+	// heartbeats make the ordered consumer recreate itself within seconds
+	// instead of after nats.go's default 30 s expiry.
+	cc, err := cons.Consume(s.handle, jetstream.PullMaxMessages(buf), jetstream.PullHeartbeat(scanHeartbeat))
+	if err != nil {
+		scancel()
+		return nil, fmt.Errorf("jetstream: read channel %q: start consumer: %w", w.n.channel, err)
+	}
+	s.cc = cc
+	consumerDone := cc.Closed()
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
-		it.Stop()
-		scancel()
+		s.halt()
+		<-consumerDone
 		return nil, fmt.Errorf("jetstream: read channel %q: %w", w.n.channel, walimpls.ErrClosed)
 	}
 	w.scanners[s] = struct{}{}
 	w.mu.Unlock()
-	go s.run()
+	go s.run(consumerDone)
 	return s, nil
 }
 
-// scanner delivers one ordered consumer's messages on ch.
+// scanner delivers one ordered consumer's messages on ch. nats.go calls
+// handle for each message, one at a time and in order, on the
+// subscription's goroutine; run owns the scanner's end.
 type scanner struct {
 	w      *walImpl
 	name   string
-	it     jetstream.MessagesContext
+	cc     jetstream.ConsumeContext
 	ch     chan message.ImmutableMessage
-	stop   chan struct{}
+	stop   chan struct{} // closed by halt
+	failed chan struct{} // closed by fail, failErr set
 	done   chan struct{}
 	ctx    context.Context
 	cancel context.CancelFunc
 	once   sync.Once
-	next   uint64 // sequence expected next (0 = unknown); a larger one is a gap
-	errMu  sync.Mutex
-	err    error // why it stopped; set before ch is closed
+
+	sendMu sync.Mutex // held by handle while it delivers
+	ended  bool       // under sendMu: ch is closed or about to be
+	next   uint64     // handle's: sequence expected next (0 = unknown); a larger one is a gap
+
+	failOnce sync.Once
+	failErr  error
+
+	errMu sync.Mutex
+	err   error // why it stopped; set before ch is closed
 }
 
 var _ walimpls.ScannerImpls = (*scanner)(nil)
@@ -145,11 +161,13 @@ func (s *scanner) Close() error {
 	return nil
 }
 
+// halt stops delivery: a handle blocked on ch returns, and the consumer
+// stops pulling.
 func (s *scanner) halt() {
 	s.once.Do(func() {
 		close(s.stop)
 		s.cancel()
-		s.it.Stop()
+		s.cc.Stop()
 	})
 }
 
@@ -162,54 +180,80 @@ func (s *scanner) stopped() bool {
 	}
 }
 
-func (s *scanner) run() {
-	err := s.loop()
+// fail ends the scanner with err (the first one counts).
+func (s *scanner) fail(err error) {
+	s.failOnce.Do(func() {
+		s.failErr = err
+		close(s.failed)
+	})
+}
+
+// run waits for the scanner's end — Close, a failed delivery, or the
+// consumer stopping by itself — and then closes ch once no handle can send
+// on it any more.
+func (s *scanner) run(closed <-chan struct{}) {
+	var err error
+	select {
+	case <-s.stop:
+	case <-s.failed:
+		err = s.failErr
+	case <-closed:
+		err = fmt.Errorf("jetstream: scanner %q on channel %q: the ordered consumer stopped without Close (its connection closed?)", s.name, s.w.n.channel)
+	}
 	if s.stopped() {
 		err = walimpls.ErrScannerClosed
 	}
+	s.halt()
+	s.sendMu.Lock() // a handle in progress returns: stop is closed
+	s.ended = true
+	s.sendMu.Unlock()
 	s.errMu.Lock()
 	s.err = err
 	s.errMu.Unlock()
-	s.halt()
 	close(s.ch)
+	<-closed
 	s.w.mu.Lock()
 	delete(s.w.scanners, s)
 	s.w.mu.Unlock()
 	close(s.done)
 }
 
-func (s *scanner) loop() error {
-	for {
-		m, err := s.it.Next()
+// handle delivers one message on ch, or fails the scanner.
+func (s *scanner) handle(m jetstream.Msg) {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	if s.ended {
+		return
+	}
+	if err := s.deliver(m); err != nil {
+		s.fail(err)
+	}
+}
+
+func (s *scanner) deliver(m jetstream.Msg) error {
+	seq, ts, ok := parseAckReply(m.Reply())
+	if !ok {
+		md, err := m.Metadata()
 		if err != nil {
-			if s.stopped() || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				return walimpls.ErrScannerClosed
-			}
-			return fmt.Errorf("jetstream: scanner %q on channel %q: %w", s.name, s.w.n.channel, err)
+			return walimpls.Permanent(fmt.Errorf("jetstream: scanner %q on channel %q: message metadata: %w", s.name, s.w.n.channel, err))
 		}
-		seq, ts, ok := parseAckReply(m.Reply())
-		if !ok {
-			md, err := m.Metadata()
-			if err != nil {
-				return walimpls.Permanent(fmt.Errorf("jetstream: scanner %q on channel %q: message metadata: %w", s.name, s.w.n.channel, err))
-			}
-			seq, ts = md.Sequence.Stream, md.Timestamp
+		seq, ts = md.Sequence.Stream, md.Timestamp
+	}
+	if s.next != 0 && seq != s.next {
+		if err := s.checkGap(seq); err != nil {
+			return err
 		}
-		if s.next != 0 && seq != s.next {
-			if err := s.checkGap(seq); err != nil {
-				return err
-			}
-		}
-		s.next = seq + 1
-		im, err := decodeMessage(s.w.n.channel, seq, ts, m.Headers(), m.Data())
-		if err != nil {
-			return walimpls.Permanent(err) // a damaged message reads the same next time
-		}
-		select {
-		case s.ch <- im:
-		case <-s.stop:
-			return walimpls.ErrScannerClosed
-		}
+	}
+	s.next = seq + 1
+	im, err := decodeMessage(s.w.n.channel, seq, ts, m.Headers(), m.Data())
+	if err != nil {
+		return walimpls.Permanent(err) // a damaged message reads the same next time
+	}
+	select {
+	case s.ch <- im:
+		return nil
+	case <-s.stop:
+		return walimpls.ErrScannerClosed
 	}
 }
 
