@@ -36,7 +36,9 @@
 // shared with fence records, so ids are strictly increasing but not
 // contiguous; they never go backwards across reconnects or server restarts
 // (the file store keeps them). Scanners are ordered consumers filtered on the
-// data subject, so they never see fence records or markers. A message's
+// data subject, so they never see fence records or markers; nats.go hands
+// them each message through Consume's callback (scanner.go says why not
+// Messages). A message's
 // payload is the NATS payload unchanged (a key too large for a header
 // travels before it, see codec.go); its key and properties travel
 // URL-encoded in one Consumerd-Meta header; MutableMessage.DedupeID becomes Nats-Msg-Id, so
