@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"unsafe"
 )
 
 // Kind is an event's type, also the first byte of its encoding.
@@ -134,11 +135,19 @@ func appendStrings(dst []byte, ss ...string) []byte {
 var ErrBadEvent = errors.New("bad nexmark event")
 
 // Decode decodes an event encoded by Append into e, overwriting it.
-func (e *Event) Decode(b []byte) error {
+func (e *Event) Decode(b []byte) error { return e.decode(b, false) }
+
+// DecodeView is Decode without copying: e's strings alias b, so b must not
+// change while e is in use — as a message's payload never does. The
+// stateless queries decode each bid this way: copying its three strings
+// was 3% of q0's CPU, for a row built from them at once.
+func (e *Event) DecodeView(b []byte) error { return e.decode(b, true) }
+
+func (e *Event) decode(b []byte, view bool) error {
 	if len(b) == 0 {
 		return fmt.Errorf("%w: empty payload", ErrBadEvent)
 	}
-	d := decoder{b: b[1:]}
+	d := decoder{b: b[1:], view: view}
 	*e = Event{Kind: Kind(b[0])}
 	switch e.Kind {
 	case KindPerson:
@@ -172,8 +181,9 @@ func (e *Event) Decode(b []byte) error {
 }
 
 type decoder struct {
-	b   []byte
-	err error
+	b    []byte
+	err  error
+	view bool // strings alias b
 }
 
 func (d *decoder) int() int64 {
@@ -198,7 +208,10 @@ func (d *decoder) str() string {
 		d.err = errors.New("truncated string")
 		return ""
 	}
-	s := string(d.b[n : n+int(l)])
+	raw := d.b[n : n+int(l)]
 	d.b = d.b[n+int(l):]
-	return s
+	if d.view && len(raw) > 0 {
+		return unsafe.String(&raw[0], len(raw))
+	}
+	return string(raw)
 }

@@ -113,8 +113,8 @@ func TestGeneratorShape(t *testing.T) {
 	}
 }
 
-// TestEventRoundTrip: Decode inverts Append, and damaged payloads are
-// errors naming the problem.
+// TestEventRoundTrip: Decode and DecodeView invert Append, and damaged
+// payloads are errors naming the problem.
 func TestEventRoundTrip(t *testing.T) {
 	g, _ := NewGenerator(3, DefaultRate)
 	var e, d Event
@@ -127,8 +127,15 @@ func TestEventRoundTrip(t *testing.T) {
 		if d != e {
 			t.Fatalf("event %d: decoded %+v, want %+v", n, d, e)
 		}
+		var v Event
+		if err := v.DecodeView(b); err != nil || v != e {
+			t.Fatalf("event %d: viewed %+v (%v), want %+v", n, v, err, e)
+		}
 		if err := d.Decode(b[:len(b)-1]); !errors.Is(err, ErrBadEvent) {
 			t.Fatalf("event %d truncated: %v", n, err)
+		}
+		if err := v.DecodeView(b[:len(b)-1]); !errors.Is(err, ErrBadEvent) {
+			t.Fatalf("event %d truncated, viewed: %v", n, err)
 		}
 	}
 	for _, bad := range [][]byte{nil, []byte("X"), append(e.Append(nil), 0)} {

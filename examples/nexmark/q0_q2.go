@@ -59,7 +59,7 @@ type bidMap struct {
 }
 
 func (m *bidMap) consume(c *stageCtx, env topic.Envelope) (int64, error) {
-	if err := c.ev.Decode(env.Message.Payload); err != nil {
+	if err := c.ev.DecodeView(env.Message.Payload); err != nil { // the row copies what it keeps
 		return 0, err
 	}
 	if c.ev.Kind != KindBid {
