@@ -945,3 +945,55 @@ func TestRequestTimeoutIsRetryable(t *testing.T) {
 		}
 	}
 }
+
+// A damaged message stops its scanner with a permanent error naming it, and
+// nothing after it is delivered: a scanner that went on past it would let a
+// shard commit an offset beyond a message it never consumed.
+func TestDamagedMessageStopsScannerBeforeNext(t *testing.T) {
+	url := natstest.Start(t)
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	prefix := freshPrefix()
+	o := buildOpener(t, jetstream.Config{URL: url, Namespace: prefix})
+	const channel = "damaged/0000"
+	w := openWAL(t, o, channel, 0)
+	if _, err := w.Append(ctxFor(t), message.MutableMessage{Payload: []byte("good")}); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := jetstream.EscapeChannel(channel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := njs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := &nats.Msg{Subject: prefix + "." + tok + ".data", Data: []byte("damaged"),
+		Header: nats.Header{"Consumerd-Meta": []string{"k=%zz"}}}
+	if _, err := js.PublishMsg(ctxFor(t), bad); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 100; i++ {
+		if _, err := w.Append(ctxFor(t), message.MutableMessage{Payload: []byte("after")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := w.Read(ctxFor(t), walimpls.ReadOption{Name: "test", DeliverPolicy: walimpls.DeliverAll()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var got []string
+	for m := range s.Chan() {
+		got = append(got, string(m.Payload))
+	}
+	if len(got) != 1 || got[0] != "good" {
+		t.Fatalf("scanner delivered %d messages (%q…), want only the one before the damaged one", len(got), got[:min(len(got), 3)])
+	}
+	if err := s.Error(); err == nil || walimpls.IsRetryable(err) || !strings.Contains(err.Error(), "k=%zz") {
+		t.Fatalf("scanner stopped with %v, want a permanent error naming the bad header", err)
+	}
+}

@@ -123,18 +123,16 @@ type scanner struct {
 	cc     jetstream.ConsumeContext
 	ch     chan message.ImmutableMessage
 	stop   chan struct{} // closed by halt
-	failed chan struct{} // closed by fail, failErr set
+	failed chan struct{} // closed by handle, failErr set
 	done   chan struct{}
 	ctx    context.Context
 	cancel context.CancelFunc
 	once   sync.Once
 
-	sendMu sync.Mutex // held by handle while it delivers
-	ended  bool       // under sendMu: ch is closed or about to be
-	next   uint64     // handle's: sequence expected next (0 = unknown); a larger one is a gap
-
-	failOnce sync.Once
-	failErr  error
+	sendMu  sync.Mutex // held by handle while it delivers
+	ended   bool       // under sendMu: nothing more is delivered (ch closes, or a delivery failed)
+	next    uint64     // handle's: sequence expected next (0 = unknown); a larger one is a gap
+	failErr error      // set by handle before it closes failed
 
 	errMu sync.Mutex
 	err   error // why it stopped; set before ch is closed
@@ -180,14 +178,6 @@ func (s *scanner) stopped() bool {
 	}
 }
 
-// fail ends the scanner with err (the first one counts).
-func (s *scanner) fail(err error) {
-	s.failOnce.Do(func() {
-		s.failErr = err
-		close(s.failed)
-	})
-}
-
 // run waits for the scanner's end — Close, a failed delivery, or the
 // consumer stopping by itself — and then closes ch once no handle can send
 // on it any more.
@@ -218,7 +208,10 @@ func (s *scanner) run(closed <-chan struct{}) {
 	close(s.done)
 }
 
-// handle delivers one message on ch, or fails the scanner.
+// handle delivers one message on ch, or fails the scanner. After a message
+// it could not deliver it delivers none: nats.go goes on calling it until
+// run stops the consumer, and a later message must not pass the failed one
+// (a failed gap check, say, would otherwise turn into a skip).
 func (s *scanner) handle(m jetstream.Msg) {
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
@@ -226,7 +219,9 @@ func (s *scanner) handle(m jetstream.Msg) {
 		return
 	}
 	if err := s.deliver(m); err != nil {
-		s.fail(err)
+		s.ended = true
+		s.failErr = err
+		close(s.failed)
 	}
 }
 
