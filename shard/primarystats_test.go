@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,11 +67,21 @@ func replicaInfo(n *shardtest.Node, shardID string) (shard.ReplicaInfo, bool) {
 // noSeries fails unless none of the three gauges has a series for shardID.
 func noSeries(t *testing.T, shardID, when string) {
 	t.Helper()
+	if left := leftSeries(t, shardID); left != "" {
+		t.Errorf("%s: %s is left behind", when, left)
+	}
+}
+
+// leftSeries names the series of the three gauges shardID still has ("" if none).
+func leftSeries(t *testing.T, shardID string) string {
+	t.Helper()
+	var left []string
 	for _, name := range []string{gaugeLastCommit, gaugeLastSnapshot, gaugeBytesSinceSnp} {
 		if v, ok := gauge(t, name, shardID); ok {
-			t.Errorf("%s: %s{shard=%q} = %v is left behind", when, name, shardID, v)
+			left = append(left, fmt.Sprintf("%s{shard=%q} = %v", name, shardID, v))
 		}
 	}
+	return strings.Join(left, ", ")
 }
 
 // TestPrimaryStatsWithSnapshots: a primary reports when it last committed,
@@ -208,12 +219,8 @@ func TestPrimaryStatsWithoutSnapshots(t *testing.T) {
 		if _, ok := replicaInfo(a, spec.ID); ok {
 			return false, "still listed"
 		}
-		for _, name := range []string{gaugeLastCommit, gaugeLastSnapshot, gaugeBytesSinceSnp} {
-			if v, ok := gauge(t, name, spec.ID); ok {
-				return false, fmt.Sprintf("%s = %v", name, v)
-			}
-		}
-		return true, ""
+		left := leftSeries(t, spec.ID)
+		return left == "", left
 	})
 
 	e.Promote(b, spec.ID, 1)
