@@ -29,6 +29,7 @@ type pending struct {
 	cb    func(message.MessageID, error)
 	epoch uint64 // the opener's watchdog epoch when published; guarded by its table shard's lock
 	tok   uint64 // reply token (see publish.go)
+	next  uint64 // on a sequence chain, the id the link must get (0: not a link of one)
 	fired atomic.Bool
 }
 
@@ -39,7 +40,9 @@ func (w *walImpl) finish(p *pending, id message.MessageID, err error) {
 		return
 	}
 	if w.term > 0 {
-		w.settledFenced(err)
+		// A link stored elsewhere than predicted (a re-send acknowledged as a
+		// duplicate) leaves the links sent after it expecting too much.
+		w.settledFenced(err != nil || (p.next != 0 && uint64(id) != p.next))
 	}
 	p.cb(id, err)
 	w.inflight.Done()

@@ -93,11 +93,11 @@ func encodeInto(m *nats.Msg, subject string, msg *message.MutableMessage) {
 	}
 }
 
-// setChain makes m a link of a fenced writer's chain: it carries msgID as its
-// Nats-Msg-Id and is conditional on the previous link (Nats-Expected-Last-Msg-Id
-// prev), or, as the first link after a sync (prev == ""), on the stream's last
-// sequence (Nats-Expected-Last-Sequence lastSeq). Either way the server stores
-// it only if nothing else was stored since its predecessor.
+// setChain makes m a link of a fenced writer's chain (fenced.go): it carries
+// msgID as its Nats-Msg-Id and is conditional on the stream's last sequence
+// being lastSeq (Nats-Expected-Last-Sequence), or, on an id chain past its
+// first link, on the previous link's id being the last stored
+// (Nats-Expected-Last-Msg-Id prev; prev == "" for a sequence condition).
 func setChain(m *nats.Msg, msgID, prev string, lastSeq uint64) {
 	if m.Header == nil {
 		m.Header = nats.Header{}

@@ -55,18 +55,30 @@
 //
 // Appends of a term > 0 are conditional and form a chain: each carries a
 // Nats-Msg-Id (the caller's DedupeID — the wal adaptor gives every fenced
-// append one — or a generated id) and is conditional on its predecessor
-// being the last message stored (Nats-Expected-Last-Msg-Id); the first
-// append after Open or a resync is conditional on the stream's last
-// sequence instead (Nats-Expected-Last-Sequence: the fence's sequence, or the
-// last sequence read). The writer keeps the chain itself, so appends
-// pipeline without waiting for each other (the server checks them in order;
-// on replicated streams too). Any record stored by someone else — a newer
-// term's fence, another writer's append — breaks the chain, and then every
-// append sent after it is rejected as well (chaining on sequences alone
-// would let the append after a rejected one match the sequence the foreign
-// record took). So what a fenced writer stores is always a prefix of its
-// calls.
+// append one — or a generated id) and is conditional on nothing else having
+// been stored since its predecessor. On servers with atomic batches (2.12+)
+// every link is conditional on the stream's last sequence
+// (Nats-Expected-Last-Sequence), the writer predicting one sequence per
+// link; a fence there is an atomic batch of the fence record and
+// fencePadding copies, more sequences than the writer ever has appends
+// without an outcome (maxFencedInFlight), so no link of a superseded writer
+// can match a sequence a fence shifted (fenced.go proves it); older fence
+// records are purged after each fence. On older servers a link after the
+// first is conditional on its predecessor being the last message stored
+// (Nats-Expected-Last-Msg-Id) — which nats-server 2.14+ checks on a
+// replicated stream only when applying, where a mismatch stops the stream
+// taking writes, hence sequences where the server allows padded fences. The
+// first append after Open or a resync is conditional on the stream's last
+// sequence (the fence's, or the last read). The writer keeps the chain
+// itself, so appends pipeline without waiting for each other (the server
+// checks them in order; on replicated streams too, before proposing). Any
+// record stored by someone else — a newer term's fence, another writer's
+// append — breaks the chain, and then every append sent after it is
+// rejected as well. So what a fenced writer stores is always a prefix of
+// its calls — with one exception on sequence chains: a term-0 append (or a
+// batch) on a fenced channel shifts the stream by an unpadded amount, so a
+// link sent after the one it displaced can be stored; only the fenced
+// writer may append to a fenced channel.
 //
 // The backend does not retry (fenced.go). Any failure breaks the chain; a
 // rejection because the stream moved fails with a retryable error
@@ -82,10 +94,10 @@
 //
 // Term-0 appends (topic publishers) are unconditional: any number of
 // concurrent term-0 appenders may share a channel, and fencing applies only to
-// writers with a term > 0. A term-0 append on a fenced channel is stored; it
-// only breaks the fenced writer's chain, which then re-sends (consumerd never
-// does this: topic partitions are written with term 0, recovery logs only by
-// their fenced primary).
+// writers with a term > 0. A term-0 append on a fenced channel is stored and
+// breaks the fenced writer's chain, which then re-sends — but see the
+// exception above (consumerd never does this: topic partitions are written
+// with term 0, recovery logs only by their fenced primary).
 //
 // Cost: every fenced append carries the chain headers and a Nats-Msg-Id,
 // which the server remembers for Config.DuplicateWindow (about 100 bytes

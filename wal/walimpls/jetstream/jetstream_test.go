@@ -997,3 +997,49 @@ func TestDamagedMessageStopsScannerBeforeNext(t *testing.T) {
 		t.Fatalf("scanner stopped with %v, want a permanent error naming the bad header", err)
 	}
 }
+
+// TestFenceRecordsDoNotPileUp: each new term's fence (on a server with
+// atomic batches, a padded batch of records) leaves only its newest record
+// behind, so a channel handed over many times does not grow by a fence's
+// worth each time; the newest term still fences the older ones.
+func TestFenceRecordsDoNotPileUp(t *testing.T) {
+	url := natstest.Start(t)
+	o := buildOpener(t, jetstream.Config{URL: url})
+	ctx := ctxFor(t)
+	const ch, terms = "recovery/handed-over", 4
+	for term := uint64(1); term <= terms; term++ {
+		w := openWAL(t, o, ch, term)
+		if _, err := w.Append(ctx, message.MutableMessage{Payload: []byte(fmt.Sprint(term))}); err != nil {
+			t.Fatalf("term %d: %v", term, err)
+		}
+		w.Close()
+	}
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := njs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := js.StreamNames(ctx)
+	var streams []string
+	for n := range names.Name() {
+		streams = append(streams, n)
+	}
+	if err := names.Err(); err != nil || len(streams) != 1 {
+		t.Fatalf("streams %v, %v; want one", streams, err)
+	}
+	st, err := js.Stream(ctx, streams[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := st.CachedInfo().State.Msgs, uint64(terms+1); got != want {
+		t.Fatalf("stream %s holds %d messages after %d handovers, want %d (one per append and the newest fence record)", streams[0], got, terms, want)
+	}
+	old := openWAL(t, o, ch, terms-1)
+	if _, err := old.Append(ctx, message.MutableMessage{Payload: []byte("stale")}); !errors.Is(err, walimpls.ErrFenced) {
+		t.Fatalf("append of term %d after term %d: %v, want ErrFenced", terms-1, terms, err)
+	}
+}

@@ -55,7 +55,10 @@ func (w *walImpl) Read(ctx context.Context, opt walimpls.ReadOption) (_ walimpls
 	case walimpls.DeliverKindAll:
 		err = startAt(max(trunc, 1))
 	case walimpls.DeliverKindLatest:
-		cfg.DeliverPolicy = jetstream.DeliverNewPolicy
+		// After the last sequence the stream's leader reported, not
+		// DeliverNew: a consumer created on a replica that has not applied
+		// the latest appends yet would start below them and deliver history.
+		err = startAt(max(trunc, info.State.LastSeq+1))
 	case walimpls.DeliverKindStartFrom:
 		err = startAt(max(uint64(dp.ID), 1))
 	case walimpls.DeliverKindStartAfter:

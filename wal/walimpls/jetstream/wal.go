@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/consumerd/consumerd/wal/message"
@@ -54,8 +53,9 @@ type walImpl struct {
 	idPrefix string // unique prefix of generated Nats-Msg-Ids
 	idSeq    uint64 // counter behind idPrefix
 	cmu      sync.Mutex
-	sent     int  // appends sent whose outcome was not reported yet
-	broken   bool // an append failed since the last resync
+	slots    chan struct{} // one token per append without an outcome (maxFencedInFlight)
+	sent     int           // appends sent whose outcome was not reported yet
+	broken   bool          // an append failed since the last resync
 }
 
 var (
@@ -73,6 +73,7 @@ func newWAL(o *opener, n names, st jetstream.Stream, term uint64) *walImpl {
 		idPrefix: randomID(),
 		scanners: map[*scanner]struct{}{},
 		kill:     make(chan struct{}),
+		slots:    make(chan struct{}, maxFencedInFlight),
 	}
 }
 
@@ -141,12 +142,13 @@ func (w *walImpl) fence(ctx context.Context) error {
 			w.expected, w.chain = last, ""
 			return nil
 		}
-		tv := strconv.FormatUint(w.term, 10)
-		m := &nats.Msg{Subject: w.n.fence, Data: []byte(tv), Header: nats.Header{termHeader: []string{tv}}}
-		ack, err := w.o.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(fseq))
+		last, err := w.writeFence(ctx, fseq)
 		if err == nil {
-			w.expected, w.chain = ack.Sequence, ""
-			w.log.Debug("fenced lower terms", "previous_term", fterm, "fence_seq", ack.Sequence)
+			w.expected, w.chain = last, ""
+			w.log.Debug("fenced lower terms", "previous_term", fterm, "fence_last_seq", last)
+			if w.seqChains() {
+				w.dropOldFences(ctx)
+			}
 			return nil
 		}
 		if !isWrongLastSeq(err) {
