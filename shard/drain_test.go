@@ -178,3 +178,26 @@ func firstDiff(a, b []string) int {
 	}
 	return min(len(a), len(b))
 }
+
+// TestGatherLingersOnlyWhenAsked: after a quiet spell (linger 0) the
+// drainer takes what is queued and goes, without waiting; when busy it
+// waits out the linger for more.
+func TestGatherLingersOnlyWhenAsked(t *testing.T) {
+	d := newDrainer("s", "e", nil, 0, hclog.NewNullLogger())
+	first := &outTxn{txn: 1}
+	d.queue <- &outTxn{txn: 2}
+	start := time.Now()
+	if g := d.gather(context.Background(), []*outTxn{first}, 0); len(g) != 2 {
+		t.Fatalf("linger 0 gathered %d transactions, want the 2 queued", len(g))
+	}
+	if took := time.Since(start); took >= drainLinger {
+		t.Fatalf("linger 0 took %v, want no wait", took)
+	}
+	start = time.Now()
+	if g := d.gather(context.Background(), []*outTxn{first}, drainLinger); len(g) != 1 {
+		t.Fatalf("lingering gathered %d transactions from an empty queue", len(g))
+	}
+	if took := time.Since(start); took < drainLinger {
+		t.Fatalf("lingering returned after %v, want at least %v", took, drainLinger)
+	}
+}
