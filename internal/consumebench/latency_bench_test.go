@@ -25,6 +25,10 @@ const (
 	latencyMaxMsgs = 40_000
 	latencySpan    = 5 * time.Second
 	latencyTick    = time.Millisecond
+	// latencyRounds: one stall in a 5 s span moves a round's p99 a lot on
+	// this machine (rounds of one run ranged 20-1150 ms), so five rounds
+	// keep the median steadier than three.
+	latencyRounds = 5
 )
 
 // BenchmarkLatency measures, for every message of a steady load at half the
@@ -47,7 +51,7 @@ func BenchmarkLatency(b *testing.B) {
 		b.Skip("measured once at -benchtime 1x")
 	}
 	var offered, msgs []float64
-	res := benchround.Collect(b, 3, func(int) []benchround.Figure {
+	res := benchround.Collect(b, latencyRounds, func(int) []benchround.Figure {
 		r := latencyRound(b)
 		offered, msgs = append(offered, r.offered), append(msgs, float64(len(r.lat)))
 		q := func(p float64) float64 { return r.lat[min(len(r.lat)-1, int(p*float64(len(r.lat))))].Seconds() * 1000 }
