@@ -85,6 +85,9 @@ func (b *Builder) Build() (walimpls.OpenerImpls, error) {
 	defer cancel()
 	if _, err := js.AccountInfo(ctx); err != nil {
 		nc.Close()
+		if !errors.Is(err, jetstream.ErrJetStreamNotEnabled) && !errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
+			err = fmt.Errorf("%w: %w", ErrJetStreamUnavailable, err)
+		}
 		return nil, fmt.Errorf("jetstream: JetStream not available on %s: %w", cfg.URL, err)
 	}
 	log.Debug("connected", "url", nc.ConnectedUrl(), "max_payload", nc.MaxPayload())
@@ -92,6 +95,12 @@ func (b *Builder) Build() (walimpls.OpenerImpls, error) {
 	go o.watch()
 	return o, nil
 }
+
+// ErrJetStreamUnavailable marks a Build that reached the server but got no
+// JetStream answer in time, as from a cluster still electing its meta
+// leader: worth waiting for (a server with JetStream disabled fails
+// without it).
+var ErrJetStreamUnavailable = errors.New("no answer from JetStream yet")
 
 // opener is one NATS connection; it opens channels (streams).
 type opener struct {

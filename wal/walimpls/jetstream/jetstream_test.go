@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"os"
+	"os/exec"
 	"slices"
 	"sort"
 	"strings"
@@ -18,6 +21,7 @@ import (
 
 	"github.com/consumerd/consumerd/internal/embednats"
 	"github.com/consumerd/consumerd/internal/freeport"
+	"github.com/consumerd/consumerd/internal/natsproc"
 	"github.com/consumerd/consumerd/internal/natstest"
 	"github.com/consumerd/consumerd/wal/message"
 	"github.com/consumerd/consumerd/wal/walimpls"
@@ -25,7 +29,17 @@ import (
 	"github.com/consumerd/consumerd/wal/walimpls/walimplstest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	code := m.Run()
+	natsproc.Cleanup()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			os.Stderr.WriteString("goleak: " + err.Error() + "\n")
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
 var prefixSeq atomic.Int64
 
@@ -1041,5 +1055,45 @@ func TestFenceRecordsDoNotPileUp(t *testing.T) {
 	old := openWAL(t, o, ch, terms-1)
 	if _, err := old.Append(ctx, message.MutableMessage{Payload: []byte("stale")}); !errors.Is(err, walimpls.ErrFenced) {
 		t.Fatalf("append of term %d after term %d: %v, want ErrFenced", terms-1, terms, err)
+	}
+}
+
+// TestBuildMarksJetStreamNotAnsweringYet: a server that is up but whose
+// JetStream cannot answer (one node of a three-node cluster whose peers have
+// not come: no meta leader) fails Build with ErrJetStreamUnavailable, which
+// `serve` waits out; a server without JetStream fails without it.
+func TestBuildMarksJetStreamNotAnsweringYet(t *testing.T) {
+	start := func(args ...string) string {
+		t.Helper()
+		port := freeport.Port(t)
+		cmd := exec.Command(natsproc.Binary(t), append([]string{"-a", "127.0.0.1", "-p", fmt.Sprint(port)}, args...)...)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			c, err := net.DialTimeout("tcp", addr, time.Second)
+			if err == nil {
+				c.Close()
+				return "nats://" + addr
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("nats-server %v did not listen: %v", args, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	lonely := start("-js", "-sd", t.TempDir(), "--name", "lonely", "--cluster_name", "c",
+		"--cluster", fmt.Sprintf("nats://127.0.0.1:%d", freeport.Port(t)),
+		"--routes", fmt.Sprintf("nats://127.0.0.1:%d,nats://127.0.0.1:%d", freeport.Port(t), freeport.Port(t)))
+	_, err := jetstream.NewBuilder(jetstream.Config{URL: lonely, ConnectTimeout: time.Second}).Build()
+	if !errors.Is(err, jetstream.ErrJetStreamUnavailable) {
+		t.Fatalf("Build on a cluster node without a meta leader: %v, want ErrJetStreamUnavailable", err)
+	}
+	plain := start()
+	_, err = jetstream.NewBuilder(jetstream.Config{URL: plain, ConnectTimeout: time.Second}).Build()
+	if err == nil || errors.Is(err, jetstream.ErrJetStreamUnavailable) {
+		t.Fatalf("Build on a server without JetStream: %v, want an error that is not ErrJetStreamUnavailable", err)
 	}
 }
