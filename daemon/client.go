@@ -14,10 +14,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/consumerd/consumerd/allocator"
-	"github.com/consumerd/consumerd/internal/natsconn"
 	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/wal"
-	"github.com/consumerd/consumerd/wal/walimpls/jetstream"
 )
 
 // maxTxnOps is etcd's default --max-txn-ops: a txn holds at most this many ops.
@@ -202,21 +200,6 @@ func (c *clientFlags) openWAL(log hclog.Logger) (wal.Opener, error) {
 		return nil, err
 	}
 	return openWAL(c.walURL, ns, max(c.walReplicas, 1), c.dialTimeout, sec, log)
-}
-
-// openWAL connects to the NATS JetStream WAL at url, in namespace (never
-// empty: the daemon always says which cluster it is), with sec's TLS and
-// credentials.
-func openWAL(url, namespace string, replicas int, connectTimeout time.Duration, sec natsconn.Security, log hclog.Logger) (wal.Opener, error) {
-	if namespace == "" {
-		return nil, errors.New("opening the WAL: no namespace given")
-	}
-	b := jetstream.NewBuilder(jetstream.Config{URL: url, Namespace: namespace, Replicas: replicas, ConnectTimeout: connectTimeout, Security: sec, Logger: log})
-	op, err := wal.NewOpenerBuilder(b, wal.WithLogger(log)).Build()
-	if err != nil {
-		return nil, fmt.Errorf("cannot reach NATS JetStream at %s: %w", url, withHint(err, natsHint(err)))
-	}
-	return op, nil
 }
 
 // loadSnapshot reads the whole keyspace once.

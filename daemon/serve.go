@@ -23,11 +23,9 @@ import (
 	"github.com/consumerd/consumerd/internal/embedetcd"
 	"github.com/consumerd/consumerd/internal/embednats"
 	"github.com/consumerd/consumerd/internal/gctarget"
-	"github.com/consumerd/consumerd/internal/natsconn"
 	"github.com/consumerd/consumerd/internal/retry"
 	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/wal"
-	"github.com/consumerd/consumerd/wal/walimpls/jetstream"
 )
 
 func newServeCommand(opts Options) *cobra.Command {
@@ -579,33 +577,4 @@ func (s *server) watchUnread(ctx context.Context, member *allocator.Member) {
 		case <-t.C:
 		}
 	}
-}
-
-// walStartWait bounds how long serve waits for JetStream to answer at
-// start: a NATS cluster that starts with the members elects its meta leader
-// within seconds (nats-server 2.14 took about 6 s in the chaos harness).
-const walStartWait = 2 * time.Minute
-
-// openWALAtStart is openWAL, waiting while the server is up but JetStream
-// does not answer yet (WARN on each try, up to walStartWait). Any other
-// failure (refused connection, TLS, credentials, JetStream disabled) ends
-// it at once.
-func openWALAtStart(ctx context.Context, url, namespace string, replicas int, sec natsconn.Security, log hclog.Logger) (wal.Opener, error) {
-	wctx, cancel := context.WithTimeout(ctx, walStartWait)
-	defer cancel()
-	var opener wal.Opener
-	err := retry.Policy{Initial: 500 * time.Millisecond, Max: 5 * time.Second}.Do(wctx, retry.Call{
-		Retryable: func(err error) bool { return errors.Is(err, jetstream.ErrJetStreamUnavailable) },
-		OnRetry: func(attempt int, wait time.Duration, err error) {
-			log.Warn("JetStream does not answer yet (a NATS cluster still electing its leader?); retrying", "url", url, "attempt", attempt, "backoff", wait, "error", err)
-		},
-	}, func() error {
-		var err error
-		opener, err = openWAL(url, namespace, replicas, 0, sec, log)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return opener, nil
 }
