@@ -164,33 +164,27 @@ func (d *drainer) gather(ctx context.Context, group []*outTxn, linger time.Durat
 		expired = t.C
 	}
 	for len(group) < maxCoalesce && msgs < memoryMaxBatch {
+		var t *outTxn
+		var ok bool
 		select {
-		case t, ok := <-d.queue:
-			if !ok {
-				return group
-			}
-			group = append(group, t)
-			msgs += len(t.outputs)
-			continue
-		case <-ctx.Done():
-			return group
+		case t, ok = <-d.queue: // what is queued already, lingering or not
 		default:
-		}
-		if expired == nil {
-			return group
-		}
-		select {
-		case t, ok := <-d.queue:
-			if !ok {
+			if expired == nil {
 				return group
 			}
-			group = append(group, t)
-			msgs += len(t.outputs)
-		case <-expired:
-			return group
-		case <-ctx.Done():
+			select {
+			case t, ok = <-d.queue:
+			case <-expired:
+				return group
+			case <-ctx.Done():
+				return group
+			}
+		}
+		if !ok {
 			return group
 		}
+		group = append(group, t)
+		msgs += len(t.outputs)
 	}
 	return group
 }
