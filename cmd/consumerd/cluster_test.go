@@ -42,9 +42,6 @@ func consumerdBinary(tb testing.TB) string {
 // module on first use (internal/natsproc).
 func natsServer(tb testing.TB) string { return natsproc.Binary(tb) }
 
-// removeBuiltServers removes what natsServer built (called by TestMain).
-func removeBuiltServers() { natsproc.Cleanup() }
-
 // findBinary locates an external server binary or skips the test.
 func findBinary(tb testing.TB, name string) string {
 	tb.Helper()

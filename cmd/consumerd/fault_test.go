@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"os"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -15,21 +14,15 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/consumerd/consumerd/internal/natsproc"
 )
 
+// nats.go v1.55.0 (object store, reconnects): resetPendingAcksOnReconnect
+// may start after the connection closed and then waits on a nil channel
+// forever (third party; recoverylog/snapshot ignores it for the same reason).
 func TestMain(m *testing.M) {
-	code := m.Run()
-	removeBuiltServers()
-	if code == 0 {
-		// nats.go v1.55.0 (object store, reconnects): this goroutine may start
-		// after the connection closed and then waits on a nil channel forever
-		// (third party; recoverylog/snapshot ignores it for the same reason).
-		if err := goleak.Find(goleak.IgnoreTopFunction("github.com/nats-io/nats.go/jetstream.(*jetStream).resetPendingAcksOnReconnect")); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	natsproc.Main(m, goleak.IgnoreTopFunction("github.com/nats-io/nats.go/jetstream.(*jetStream).resetPendingAcksOnReconnect"))
 }
 
 // corpus returns n deterministic lines of words (a fixed-seed PRNG over a

@@ -1,25 +1,12 @@
 package nexmark
 
 import (
-	"os"
 	"testing"
-
-	"go.uber.org/goleak"
 
 	"github.com/consumerd/consumerd/internal/natsproc"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	natsproc.Cleanup()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			os.Stderr.WriteString("goleak: " + err.Error() + "\n")
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { natsproc.Main(m) }
 
 // TestQueriesEqualModels runs every query over 20 k events, without and with
 // a primary killed mid-run: each output equals its model exactly.

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/consumerd/consumerd/internal/freeport"
 )
 
@@ -55,9 +57,18 @@ func Cleanup() {
 // process id. t.Cleanup kills it.
 func Start(tb testing.TB) (url string, pid int) {
 	tb.Helper()
+	return StartWith(tb, "-js", "-sd", filepath.Join(tb.TempDir(), "js"))
+}
+
+// StartWith starts the go.mod nats-server on a free loopback port with args
+// added to its command line (e.g. no -js: a server without JetStream),
+// waits until it accepts connections, and returns its URL and process id.
+// t.Cleanup kills it.
+func StartWith(tb testing.TB, args ...string) (url string, pid int) {
+	tb.Helper()
 	bin := Binary(tb)
 	port := freeport.Port(tb)
-	cmd := exec.Command(bin, "-js", "-a", "127.0.0.1", "-p", fmt.Sprint(port), "-sd", filepath.Join(tb.TempDir(), "js"))
+	cmd := exec.Command(bin, append([]string{"-a", "127.0.0.1", "-p", fmt.Sprint(port)}, args...)...)
 	if err := cmd.Start(); err != nil {
 		tb.Fatalf("start nats-server: %v", err)
 	}
@@ -76,4 +87,19 @@ func Start(tb testing.TB) (url string, pid int) {
 		time.Sleep(20 * time.Millisecond) // polling a port: nothing to wait on
 	}
 	return "nats://" + addr, cmd.Process.Pid
+}
+
+// Main is a TestMain for packages that use Binary: it runs the tests,
+// removes the built server, and fails a passing run that leaves goroutines
+// behind (goleak, with opts).
+func Main(m *testing.M, opts ...goleak.Option) {
+	code := m.Run()
+	Cleanup()
+	if code == 0 {
+		if err := goleak.Find(opts...); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }

@@ -58,16 +58,16 @@ func rawStreamR(b *testing.B, js njs.JetStream, name string, replicas int) {
 	}
 }
 
-func rawConn(b *testing.B, url string) (*nats.Conn, njs.JetStream) {
-	b.Helper()
+func rawConn(tb testing.TB, url string) (*nats.Conn, njs.JetStream) {
+	tb.Helper()
 	nc, err := nats.Connect(url)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	b.Cleanup(nc.Close)
+	tb.Cleanup(nc.Close)
 	js, err := njs.New(nc, njs.WithPublishAsyncMaxPending(4000))
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	return nc, js
 }

@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"os"
-	"os/exec"
 	"slices"
 	"sort"
 	"strings"
@@ -17,7 +14,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	njs "github.com/nats-io/nats.go/jetstream"
-	"go.uber.org/goleak"
 
 	"github.com/consumerd/consumerd/internal/embednats"
 	"github.com/consumerd/consumerd/internal/freeport"
@@ -29,17 +25,7 @@ import (
 	"github.com/consumerd/consumerd/wal/walimpls/walimplstest"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	natsproc.Cleanup()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			os.Stderr.WriteString("goleak: " + err.Error() + "\n")
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { natsproc.Main(m) }
 
 var prefixSeq atomic.Int64
 
@@ -886,24 +872,8 @@ func TestNamespacesApart(t *testing.T) {
 		}
 	}
 
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := njs.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var streams []string
-	names := js.StreamNames(ctx)
-	for n := range names.Name() {
-		streams = append(streams, n)
-	}
-	if err := names.Err(); err != nil {
-		t.Fatal(err)
-	}
-	sort.Strings(streams)
+	_, js := rawConn(t, url)
+	streams := streamNames(t, ctx, js)
 	if got, want := strings.Join(streams, " "), "alpha_recovery_swordcount-0000 beta_recovery_swordcount-0000 consumerd_words_s0003"; got != want {
 		t.Fatalf("streams %s, want %s", got, want)
 	}
@@ -1028,22 +998,10 @@ func TestFenceRecordsDoNotPileUp(t *testing.T) {
 		}
 		w.Close()
 	}
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := njs.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	names := js.StreamNames(ctx)
-	var streams []string
-	for n := range names.Name() {
-		streams = append(streams, n)
-	}
-	if err := names.Err(); err != nil || len(streams) != 1 {
-		t.Fatalf("streams %v, %v; want one", streams, err)
+	_, js := rawConn(t, url)
+	streams := streamNames(t, ctx, js)
+	if len(streams) != 1 {
+		t.Fatalf("streams %v, want one", streams)
 	}
 	st, err := js.Stream(ctx, streams[0])
 	if err != nil {
@@ -1064,25 +1022,8 @@ func TestFenceRecordsDoNotPileUp(t *testing.T) {
 // `serve` waits out; a server without JetStream fails without it.
 func TestBuildMarksJetStreamNotAnsweringYet(t *testing.T) {
 	start := func(args ...string) string {
-		t.Helper()
-		port := freeport.Port(t)
-		cmd := exec.Command(natsproc.Binary(t), append([]string{"-a", "127.0.0.1", "-p", fmt.Sprint(port)}, args...)...)
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		addr := fmt.Sprintf("127.0.0.1:%d", port)
-		for deadline := time.Now().Add(10 * time.Second); ; {
-			c, err := net.DialTimeout("tcp", addr, time.Second)
-			if err == nil {
-				c.Close()
-				return "nats://" + addr
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("nats-server %v did not listen: %v", args, err)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		url, _ := natsproc.StartWith(t, args...)
+		return url
 	}
 	lonely := start("-js", "-sd", t.TempDir(), "--name", "lonely", "--cluster_name", "c",
 		"--cluster", fmt.Sprintf("nats://127.0.0.1:%d", freeport.Port(t)),
@@ -1096,4 +1037,19 @@ func TestBuildMarksJetStreamNotAnsweringYet(t *testing.T) {
 	if err == nil || errors.Is(err, jetstream.ErrJetStreamUnavailable) {
 		t.Fatalf("Build on a server without JetStream: %v, want an error that is not ErrJetStreamUnavailable", err)
 	}
+}
+
+// streamNames lists the server's streams, sorted.
+func streamNames(t *testing.T, ctx context.Context, js njs.JetStream) []string {
+	t.Helper()
+	var streams []string
+	names := js.StreamNames(ctx)
+	for n := range names.Name() {
+		streams = append(streams, n)
+	}
+	if err := names.Err(); err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(streams)
+	return streams
 }
