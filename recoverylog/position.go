@@ -38,6 +38,12 @@ var PositionKey = []byte("\x00consumerd/recoverylog")
 // offsetPrefix prefixes every source offset key.
 var offsetPrefix = []byte("\x00consumerd/offset/")
 
+// offsetEnd is the first key after every offset key: LoadOffsets' upper
+// bound. Without it, the iterator's step past the last offset walks every
+// deleted key that sorts next (a shard's published outbox rows, removed by
+// range deletions until compaction drops them).
+var offsetEnd = []byte("\x00consumerd/offset0") // '0' follows '/'
+
 const positionVersion byte = 1
 const positionLen = 1 + 8 + 4 + 8 + 8
 
@@ -123,6 +129,7 @@ func PutOffset(batch *grocksdb.WriteBatch, channel string, id message.MessageID)
 func LoadOffsets(db *grocksdb.DB) (map[string]message.MessageID, error) {
 	ro := grocksdb.NewDefaultReadOptions()
 	defer ro.Destroy()
+	ro.SetIterateUpperBound(offsetEnd)
 	it := db.NewIterator(ro)
 	defer it.Close()
 	out := map[string]message.MessageID{}

@@ -1,0 +1,71 @@
+package recoverylog
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+
+	"github.com/linxGnu/grocksdb"
+
+	"github.com/consumerd/consumerd/internal/rockstest"
+	"github.com/consumerd/consumerd/wal/message"
+)
+
+// Reading the offsets does not walk the deleted keys that sort after them
+// (a shard's published outbox rows, "\x00consumerd/outbox/…", removed by
+// range deletions): the latency bench reads the offsets every millisecond,
+// and without an upper bound each read stepped through every published
+// output since the last flush — 43% of the process's CPU in the worst half
+// second of a round.
+func TestLoadOffsetsSkipsNothingAfterThem(t *testing.T) {
+	db := rockstest.Open(t)
+	wo := grocksdb.NewDefaultWriteOptions()
+	defer wo.Destroy()
+	b := grocksdb.NewWriteBatch()
+	defer b.Destroy()
+	PutOffset(b, "events/0000", 41)
+	PutOffset(b, "events/0001", 42)
+	const deleted = 20_000
+	for i := 0; i < deleted; i++ {
+		b.Put([]byte(fmt.Sprintf("\x00consumerd/outbox/%016x", i)), []byte("row"))
+	}
+	b.DeleteRange([]byte("\x00consumerd/outbox/"), []byte("\x00consumerd/outbox/\xff"))
+	b.Put([]byte("u/live"), []byte("state"))
+	if err := db.Write(wo, b); err != nil {
+		t.Fatal(err)
+	}
+
+	loadCounted(t, db, deleted) // the rows in the memtable
+	fo := grocksdb.NewDefaultFlushOptions()
+	defer fo.Destroy()
+	if err := db.Flush(fo); err != nil {
+		t.Fatal(err)
+	}
+	loadCounted(t, db, deleted) // and in a table file
+}
+
+// loadCounted checks LoadOffsets' result on db and that it compared few
+// keys (rocksdb_user_key_comparison_count, counted by RocksDB's perf
+// context: a walk over the deleted rows compares each, 60,000 for 20,000).
+func loadCounted(t *testing.T, db *grocksdb.DB, deleted int) {
+	t.Helper()
+	// The perf context is per OS thread.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	grocksdb.SetPerfLevel(grocksdb.KEnableCount)
+	defer grocksdb.SetPerfLevel(grocksdb.KDisable)
+	pc := grocksdb.NewPerfContext()
+	defer pc.Destroy()
+	pc.Reset()
+	offs, err := LoadOffsets(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(offs) != 2 || offs["events/0000"] != message.MessageID(41) || offs["events/0001"] != message.MessageID(42) {
+		t.Fatalf("offsets %v, want events/0000=41 events/0001=42", offs)
+	}
+	const userKeyComparisons = 0 // rocksdb/c.h
+	if n := pc.Metric(userKeyComparisons); n > 100 {
+		t.Fatalf("LoadOffsets compared %d keys for 2 offsets (%d deleted rows sort after them): it walks past its prefix\n%s", n, deleted, pc.Report(true))
+	}
+}
