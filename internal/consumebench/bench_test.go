@@ -43,17 +43,17 @@ const (
 // (user + system; the process also runs the embedded nats-server and etcd,
 // on both sides alike). Goal: ratio ≥ 0.6.
 func BenchmarkConsumeRealistic(b *testing.B) {
-	realisticBench(b, "consume.realistic", 1, func() string { return natstest.Start(b) })
+	realisticBench(b, "consume.realistic", 1, func(tb testing.TB) string { return natstest.Start(tb) })
 }
 
 // BenchmarkConsumeRealisticR3 is BenchmarkConsumeRealistic on a 3-node
 // JetStream cluster (embedded, in this process) with every stream, input,
 // recovery log and outputs, of 3 replicas, on both sides.
 func BenchmarkConsumeRealisticR3(b *testing.B) {
-	realisticBench(b, "consume.realistic.r3", 3, func() string { return natstest.StartCluster(b, 3) })
+	realisticBench(b, "consume.realistic.r3", 3, func(tb testing.TB) string { return natstest.StartCluster(tb, 3) })
 }
 
-func realisticBench(b *testing.B, name string, replicas int, start func() string) {
+func realisticBench(b *testing.B, name string, replicas int, start func(testing.TB) string) {
 	gctarget.Apply() // as a member does (serve)
 	if b.N > 1 {
 		b.Skip("measured once at -benchtime 1x")
@@ -64,12 +64,15 @@ func realisticBench(b *testing.B, name string, replicas int, start func() string
 		Rounds:   3,
 		Headline: []string{"ratio"},
 	}, func(r int) []benchround.Figure {
-		e := newRealistic(b, start(), replicas, realMsgs)
+		// The round's servers and data go when it ends.
+		sc := benchround.NewScope(b)
+		defer sc.Close()
+		e := newRealistic(sc, start(sc), replicas, realMsgs)
 		var fw, raw sideResult
 		if r%2 == 0 {
-			fw, raw = e.framework(b), e.raw(b)
+			fw, raw = e.framework(sc), e.raw(sc)
 		} else {
-			raw, fw = e.raw(b), e.framework(b)
+			raw, fw = e.raw(sc), e.framework(sc)
 		}
 		return []benchround.Figure{
 			benchround.F("rate", fw.rate(), 0), benchround.F("raw_rate", raw.rate(), 0),
@@ -113,7 +116,7 @@ type realistic struct {
 	e        *shardtest.Cluster
 }
 
-func newRealistic(b *testing.B, url string, replicas, msgs int) *realistic {
+func newRealistic(b testing.TB, url string, replicas, msgs int) *realistic {
 	e := shardtest.NewCluster(b, jetstream.NewBuilder(jetstream.Config{URL: url, Replicas: replicas}), upsertApp())
 	e.TxnMaxMessages = 0 // the service defaults
 	e.LagInterval = shard.DefaultLagInterval
@@ -151,7 +154,7 @@ func publishWorkload(e *shardtest.Cluster, n int) {
 // framework runs the upsert app's shards on a fresh node until every
 // partition's last message is committed and every output stored, checks
 // the outcome is exact, and stops the node.
-func (r *realistic) framework(b *testing.B) sideResult {
+func (r *realistic) framework(b testing.TB) sideResult {
 	e := r.e
 	n := e.StartNode("bench", b.TempDir())
 	defer n.Kill() // no idle node of this round runs during the next
@@ -166,10 +169,7 @@ func (r *realistic) framework(b *testing.B) sideResult {
 			e.Assign(n, s.ID, 0)
 		}
 		waitCommitted(b, n, specs, last)
-		shardtest.Eventually(b, "every output stored", func() (bool, string) {
-			got := e.CountTopic(outDesc)
-			return got >= realMsgs, fmt.Sprintf("%d of %d", got, realMsgs)
-		})
+		waitOutputs(b, e, realMsgs)
 	})
 	if got := e.CountTopic(outDesc); got != realMsgs {
 		b.Fatalf("%s holds %d messages, want %d (exactly one per input)", outputTopic, got, realMsgs)
@@ -197,7 +197,7 @@ func committedOffsets(n *shardtest.Node, id string) (map[string]message.MessageI
 
 // countRecords counts shard id's records whose count is 1 (each key was
 // consumed once).
-func countRecords(b *testing.B, n *shardtest.Node, id string) int {
+func countRecords(b testing.TB, n *shardtest.Node, id string) int {
 	sh, release, ok := n.Service.Primary(id)
 	if !ok {
 		b.Fatalf("%s is not primary", id)
@@ -219,7 +219,7 @@ func countRecords(b *testing.B, n *shardtest.Node, id string) int {
 // raw runs one raw loop per partition, in parallel, over the same stored
 // messages, and checks each consumed its whole partition and published one
 // output per message.
-func (r *realistic) raw(b *testing.B) sideResult {
+func (r *realistic) raw(b testing.TB) sideResult {
 	nc, err := nats.Connect(r.url)
 	if err != nil {
 		b.Fatal(err)
