@@ -119,6 +119,27 @@ func DecodeOffset(b []byte) (message.MessageID, error) {
 	return message.MessageID(binary.BigEndian.Uint64(b)), nil
 }
 
+// LoadOffset reads the committed offset of one source channel from db, with
+// a point lookup: what a reader polling a shard's progress wants (the
+// latency bench does, every millisecond). LoadOffsets builds an iterator
+// and seeks: polled that way, 9% of the latency bench's CPU. ok is false
+// when the channel has no offset yet.
+func LoadOffset(db *grocksdb.DB, channel string) (id message.MessageID, ok bool, err error) {
+	ro := grocksdb.NewDefaultReadOptions()
+	defer ro.Destroy()
+	v, err := db.GetBytes(ro, OffsetKey(channel))
+	if err != nil {
+		return 0, false, fmt.Errorf("recoverylog: read offset of channel %q: %w", channel, err)
+	}
+	if v == nil {
+		return 0, false, nil
+	}
+	if id, err = DecodeOffset(v); err != nil {
+		return 0, false, fmt.Errorf("recoverylog: offset of channel %q: %w", channel, err)
+	}
+	return id, true, nil
+}
+
 // PutOffset adds the source offset of channel to batch (the shard's
 // transaction batch), so it commits atomically with the state it produced.
 func PutOffset(batch *grocksdb.WriteBatch, channel string, id message.MessageID) {

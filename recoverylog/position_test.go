@@ -3,6 +3,7 @@ package recoverylog
 import (
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/linxGnu/grocksdb"
@@ -67,5 +68,28 @@ func loadCounted(t *testing.T, db *grocksdb.DB, deleted int) {
 	const userKeyComparisons = 0 // rocksdb/c.h
 	if n := pc.Metric(userKeyComparisons); n > 100 {
 		t.Fatalf("LoadOffsets compared %d keys for 2 offsets (%d deleted rows sort after them): it walks past its prefix\n%s", n, deleted, pc.Report(true))
+	}
+}
+
+// LoadOffset reads one channel's offset: absent, present, damaged.
+func TestLoadOffset(t *testing.T) {
+	db := rockstest.Open(t)
+	wo := grocksdb.NewDefaultWriteOptions()
+	defer wo.Destroy()
+	if _, ok, err := LoadOffset(db, "events/0000"); ok || err != nil {
+		t.Fatalf("empty db: ok %v, err %v; want no offset", ok, err)
+	}
+	b := grocksdb.NewWriteBatch()
+	defer b.Destroy()
+	PutOffset(b, "events/0000", 7)
+	b.Put(OffsetKey("events/0001"), []byte("bad"))
+	if err := db.Write(wo, b); err != nil {
+		t.Fatal(err)
+	}
+	if id, ok, err := LoadOffset(db, "events/0000"); !ok || err != nil || id != 7 {
+		t.Fatalf("LoadOffset = %d, %v, %v; want 7", id, ok, err)
+	}
+	if _, _, err := LoadOffset(db, "events/0001"); err == nil || !strings.Contains(err.Error(), "events/0001") {
+		t.Fatalf("damaged offset: err %v, want one naming the channel", err)
 	}
 }

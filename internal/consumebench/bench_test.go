@@ -184,15 +184,16 @@ func (r *realistic) framework(b testing.TB) sideResult {
 	return res
 }
 
-// committedOffsets are the offsets shard id's primary on n committed.
-func committedOffsets(n *shardtest.Node, id string) (map[string]message.MessageID, bool) {
+// committedOffset is the offset of channel ch that shard id's primary on n
+// committed (ok false: not primary, or nothing committed yet).
+func committedOffset(n *shardtest.Node, id, ch string) (message.MessageID, bool) {
 	sh, release, ok := n.Service.Primary(id)
 	if !ok {
-		return nil, false
+		return 0, false
 	}
 	defer release()
-	offs, err := recoverylog.LoadOffsets(sh.Database())
-	return offs, err == nil
+	off, ok, err := recoverylog.LoadOffset(sh.Database(), ch)
+	return off, ok && err == nil
 }
 
 // countRecords counts shard id's records whose count is 1 (each key was

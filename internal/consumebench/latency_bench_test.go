@@ -126,8 +126,7 @@ func latencyRound(b testing.TB) latencyResult {
 		defer t.Stop()
 		for {
 			for i, s := range specs {
-				if offs, ok := committedOffsets(n, s.ID); ok {
-					id := offs[chans[i]]
+				if id, ok := committedOffset(n, s.ID, chans[i]); ok {
 					if k := len(samples[i]); k == 0 || samples[i][k-1].id != id {
 						samples[i] = append(samples[i], offsetSample{at: time.Now(), id: id})
 					}
@@ -155,8 +154,8 @@ func latencyRound(b testing.TB) latencyResult {
 	cancel()
 	pollWG.Wait()
 	for i, s := range specs {
-		offs, _ := committedOffsets(n, s.ID)
-		samples[i] = append(samples[i], offsetSample{at: time.Now(), id: offs[chans[i]]})
+		id, _ := committedOffset(n, s.ID, chans[i])
+		samples[i] = append(samples[i], offsetSample{at: time.Now(), id: id})
 	}
 
 	lat := make([]time.Duration, 0, len(acks))
@@ -264,9 +263,9 @@ func waitCommitted(b testing.TB, n *shardtest.Node, specs []*shard.Spec, last ma
 	shardtest.Eventually(b, "every shard committed its partition", func() (bool, string) {
 		for _, s := range specs {
 			ch := s.Sources[0].Channel()
-			offs, ok := committedOffsets(n, s.ID)
-			if !ok || offs[ch] < last[ch] {
-				return false, fmt.Sprintf("%s at %v of %d", s.ID, offs, last[ch])
+			off, ok := committedOffset(n, s.ID, ch)
+			if !ok || off < last[ch] {
+				return false, fmt.Sprintf("%s at %d of %d", s.ID, off, last[ch])
 			}
 		}
 		return true, ""
