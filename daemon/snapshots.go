@@ -98,11 +98,11 @@ Snapshots are read from the JetStream object store on --wal.url, or from
 				return err
 			}
 			defer cli.Close()
-			dbOpts, err := recoverDBOptions(ctx, cli, cf.etcdPrefix, shardID, opts)
+			dbOpts, release, err := recoverDBOptions(ctx, cli, cf.etcdPrefix, shardID, opts)
 			if err != nil {
 				return err
 			}
-			defer dbOpts.Destroy()
+			defer release()
 			opener, err := cf.openWAL(recoverLogger(opts))
 			if err != nil {
 				return err
@@ -146,36 +146,30 @@ Snapshots are read from the JetStream object store on --wal.url, or from
 }
 
 // recoverDBOptions are the options the shard's app opens its database
-// with (its OptionsIniter), or RocksDB defaults when the spec or the app is
-// unknown here. CreateIfMissing is set.
-func recoverDBOptions(ctx context.Context, cli *clientv3.Client, prefix, shardID string, opts Options) (*grocksdb.Options, error) {
-	o := grocksdb.NewDefaultOptions()
-	o.SetCreateIfMissing(true)
+// with (shard.DBOptions of its Consumer), or shard.DBOptions' defaults when
+// the spec or the app is unknown here; release frees them after use.
+// CreateIfMissing is set.
+func recoverDBOptions(ctx context.Context, cli *clientv3.Client, prefix, shardID string, opts Options) (*grocksdb.Options, func(), error) {
 	resp, err := cli.Get(ctx, allocator.ItemKey(prefix, shardID))
 	if err != nil {
-		o.Destroy()
-		return nil, fmt.Errorf("read shard spec %s: %w", shardID, err)
+		return nil, nil, fmt.Errorf("read shard spec %s: %w", shardID, err)
 	}
-	if len(resp.Kvs) == 0 {
-		return o, nil // a deleted shard's log may still be recovered
+	var c shard.Consumer // nil: a deleted shard's log may still be recovered
+	if len(resp.Kvs) > 0 {
+		if item, err := shard.DecodeSpec(shardID, resp.Kvs[0].Value); err == nil {
+			if spec, ok := item.(*shard.Spec); ok {
+				if app, ok := opts.appMap()[spec.App]; ok && app.NewConsumer != nil {
+					c = app.NewConsumer()
+				}
+			}
+		}
 	}
-	item, err := shard.DecodeSpec(shardID, resp.Kvs[0].Value)
+	o, release, err := shard.DBOptions(c)
 	if err != nil {
-		return o, nil
+		return nil, nil, fmt.Errorf("shard %s: database options: %w", shardID, err)
 	}
-	spec, ok := item.(*shard.Spec)
-	if !ok {
-		return o, nil
-	}
-	app, ok := opts.appMap()[spec.App]
-	if !ok || app.NewConsumer == nil {
-		return o, nil
-	}
-	if oi, ok := app.NewConsumer().(shard.OptionsIniter); ok {
-		oi.InitOptions(o)
-		o.SetCreateIfMissing(true)
-	}
-	return o, nil
+	o.SetCreateIfMissing(true)
+	return o, release, nil
 }
 
 // recoverLogger logs warnings (e.g. a snapshot falling back) to stderr.

@@ -18,59 +18,44 @@ var internalPrefix = []byte("\x00consumerd/")
 
 // shardDB is an open shard database with the options it was opened with.
 type shardDB struct {
-	dir      string
-	db       *grocksdb.DB
-	opts     *grocksdb.Options
-	consumer Consumer
-	ro       *grocksdb.ReadOptions
-	wo       *grocksdb.WriteOptions
+	dir     string
+	db      *grocksdb.DB
+	opts    *grocksdb.Options
+	release func() // the options'
+	ro      *grocksdb.ReadOptions
+	wo      *grocksdb.WriteOptions
 }
 
 // openShardDB opens (creating if missing) the shard's RocksDB at dir, with
-// the Consumer's OptionsIniter and Filterer applied. Writes never use
+// DBOptions(c) and c's Filterer. Writes never use
 // RocksDB's own WAL: the recovery log is the database's log.
 func openShardDB(dir string, c Consumer, logger hclog.Logger) (*shardDB, error) {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return nil, fmt.Errorf("create shard data directory: %w", err)
 	}
-	opts := grocksdb.NewDefaultOptions()
-	opts.SetCreateIfMissing(true)
-	if oi, ok := c.(OptionsIniter); ok {
-		if err := safeCall("InitOptions", func() error { oi.InitOptions(opts); return nil }); err != nil {
-			return nil, err // options left to the process: see destroyOptions
-		}
+	opts, release, err := DBOptions(c)
+	if err != nil {
+		return nil, err
 	}
+	opts.SetCreateIfMissing(true)
 	if f, ok := c.(Filterer); ok {
 		opts.SetCompactionFilter(&compactionFilter{f: f, logger: logger})
 	}
 	db, err := grocksdb.OpenDb(opts, dir)
 	if err != nil {
-		destroyOptions(opts, c)
+		release()
 		return nil, fmt.Errorf("open rocksdb %s: %w", dir, err)
 	}
 	wo := grocksdb.NewDefaultWriteOptions()
 	wo.DisableWAL(true)
-	return &shardDB{dir: dir, db: db, opts: opts, consumer: c, ro: grocksdb.NewDefaultReadOptions(), wo: wo}, nil
+	return &shardDB{dir: dir, db: db, opts: opts, release: release, ro: grocksdb.NewDefaultReadOptions(), wo: wo}, nil
 }
 
 func (d *shardDB) Close() {
 	d.db.Close()
 	d.ro.Destroy()
 	d.wo.Destroy()
-	destroyOptions(d.opts, d.consumer)
-}
-
-// destroyOptions releases options a Consumer's OptionsIniter may have
-// changed. grocksdb v1.7.15 hands a merge operator (and a prefix extractor)
-// to RocksDB as a shared_ptr and then deletes it again in Options.Destroy, a
-// double free that crashes the process once the database is closed. So
-// options touched by an OptionsIniter are left to the process (a few KiB per
-// database open); others are destroyed.
-func destroyOptions(opts *grocksdb.Options, c Consumer) {
-	if _, ok := c.(OptionsIniter); ok {
-		return
-	}
-	opts.Destroy()
+	d.release()
 }
 
 // compactionFilter adapts a Filterer: consumerd's own keys are never passed

@@ -151,7 +151,9 @@ type ShardHalter interface {
 
 // OptionsIniter is optionally implemented by a Consumer to adjust the
 // RocksDB options before the shard's database opens (merge operators,
-// block cache, compression). It runs on every replica (standbys too: they
+// block cache, compression). opts start as DefaultDBOptions (a Bloom
+// filter in every table file); a block based table factory set here
+// replaces that one. It runs on every replica (standbys too: they
 // apply the same batches, so a merge operator must be set everywhere).
 type OptionsIniter interface {
 	InitOptions(opts *grocksdb.Options)

@@ -102,18 +102,6 @@ func (r *replica) snapshots() *SnapshotOptions {
 
 func (r *replica) prefix() string { return r.svc.cfg.Member.KeySpace().Prefix() }
 
-// snapshotDBOptions are the options a Consumer's database is opened with,
-// without its compaction filter: enough to open a snapshot read-only.
-func snapshotDBOptions(c Consumer) (*grocksdb.Options, error) {
-	opts := grocksdb.NewDefaultOptions()
-	if oi, ok := c.(OptionsIniter); ok {
-		if err := safeCall("InitOptions", func() error { oi.InitOptions(opts); return nil }); err != nil {
-			return nil, err // options left to the process: see destroyOptions
-		}
-	}
-	return opts, nil
-}
-
 // restoreSnapshot restores the newest usable snapshot into dir. With
 // ifNewer, it first checks the local database there and restores only when
 // the etcd pointer covers more of the log (a newer local database is
@@ -140,11 +128,11 @@ func (r *replica) restoreSnapshot(ctx context.Context, dir string, c Consumer, i
 			return false, nil
 		}
 	}
-	opts, err := snapshotDBOptions(c)
+	opts, release, err := DBOptions(c) // without the Filterer: enough to open a snapshot read-only
 	if err != nil {
 		return false, err
 	}
-	defer destroyOptions(opts, c)
+	defer release()
 	var p *snapshot.Pointer
 	if ok {
 		p = &ptr
@@ -162,11 +150,11 @@ func localPosition(dir string, c Consumer) (recoverylog.Position, error) {
 	if _, err := os.Stat(filepath.Join(dir, "CURRENT")); errors.Is(err, os.ErrNotExist) {
 		return recoverylog.Position{}, nil
 	}
-	opts, err := snapshotDBOptions(c)
+	opts, release, err := DBOptions(c)
 	if err != nil {
 		return recoverylog.Position{}, err
 	}
-	defer destroyOptions(opts, c)
+	defer release()
 	db, err := grocksdb.OpenDbForReadOnly(opts, dir, false)
 	if err != nil {
 		return recoverylog.Position{}, err

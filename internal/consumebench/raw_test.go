@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	njs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/topic"
 	"github.com/consumerd/consumerd/wal/walimpls/jetstream"
 )
@@ -78,7 +79,7 @@ func newRawLoop(tb testing.TB, js njs.JetStream, p, replicas int) *rawLoop {
 // message is committed and every output acknowledged; it returns the
 // number of messages consumed.
 func (l *rawLoop) run(ctx context.Context, dir string) (int, error) {
-	opts := grocksdb.NewDefaultOptions() // the shard database's options
+	opts := shard.DefaultDBOptions() // the shard database's options
 	opts.SetCreateIfMissing(true)
 	defer opts.Destroy()
 	db, err := grocksdb.OpenDb(opts, dir)

@@ -20,6 +20,7 @@ import (
 	"github.com/consumerd/consumerd/internal/rockstest"
 	"github.com/consumerd/consumerd/recoverylog"
 	"github.com/consumerd/consumerd/recoverylog/snapshot"
+	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/wal"
 	"github.com/consumerd/consumerd/wal/message"
 	"github.com/consumerd/consumerd/wal/walimpls"
@@ -155,7 +156,7 @@ func newEnvStore(t testing.TB, store snapshot.Store, backend walimpls.OpenerBuil
 
 func openDB(t testing.TB, dir string) *grocksdb.DB {
 	t.Helper()
-	opts := grocksdb.NewDefaultOptions()
+	opts := shard.DefaultDBOptions() // a shard database's
 	opts.SetCreateIfMissing(true)
 	defer opts.Destroy()
 	db, err := grocksdb.OpenDb(opts, dir)

@@ -1,0 +1,56 @@
+package shard
+
+import (
+	"github.com/linxGnu/grocksdb"
+)
+
+// bloomBitsPerKey sizes the default Bloom filter: about 1% false positives.
+const bloomBitsPerKey = 10
+
+// DefaultDBOptions returns the RocksDB options every shard database starts
+// from, before its Consumer's OptionsIniter: RocksDB's defaults plus a
+// whole-key Bloom filter of 10 bits a key in every table file. A Get of a
+// key the database does not hold — the first read of every key in a
+// high-cardinality read-modify-write, a join's probe — then skips the files
+// that cannot hold it (about 1% still read) instead of reading a block of
+// each; Kafka Streams' stores have one by default too. Table files written
+// without a filter stay readable. An OptionsIniter that sets its own block
+// based table factory replaces the filter with its own choice. The caller
+// destroys the options.
+func DefaultDBOptions() *grocksdb.Options {
+	opts := grocksdb.NewDefaultOptions()
+	bbto := grocksdb.NewDefaultBlockBasedTableOptions()
+	bbto.SetFilterPolicy(grocksdb.NewBloomFilterFull(bloomBitsPerKey))
+	opts.SetBlockBasedTableFactory(bbto)
+	// The factory holds its own copy of the table options (and a reference
+	// to the filter policy).
+	bbto.Destroy()
+	return opts
+}
+
+// DBOptions returns the options a database of c opens with:
+// DefaultDBOptions, then c's OptionsIniter (c may be nil: defaults alone).
+// release frees them once no database uses them any more. A panic in
+// InitOptions is returned as an error.
+func DBOptions(c Consumer) (opts *grocksdb.Options, release func(), err error) {
+	opts = DefaultDBOptions()
+	if oi, ok := c.(OptionsIniter); ok {
+		if err := safeCall("InitOptions", func() error { oi.InitOptions(opts); return nil }); err != nil {
+			return nil, nil, err // options left to the process: see destroyOptions
+		}
+	}
+	return opts, func() { destroyOptions(opts, c) }, nil
+}
+
+// destroyOptions releases options a Consumer's OptionsIniter may have
+// changed. grocksdb v1.7.15 hands a merge operator (and a prefix extractor)
+// to RocksDB as a shared_ptr and then deletes it again in Options.Destroy, a
+// double free that crashes the process once the database is closed. So
+// options touched by an OptionsIniter are left to the process (a few KiB per
+// database open); others are destroyed.
+func destroyOptions(opts *grocksdb.Options, c Consumer) {
+	if _, ok := c.(OptionsIniter); ok {
+		return
+	}
+	opts.Destroy()
+}
