@@ -70,9 +70,15 @@ func realisticBench(b *testing.B, name string, replicas int, start func(testing.
 		e := newRealistic(sc, start(sc), replicas, realMsgs)
 		var fw, raw sideResult
 		if r%2 == 0 {
-			fw, raw = e.framework(sc), e.raw(sc)
+			e.settle(sc)
+			fw = e.framework(sc)
+			e.settle(sc)
+			raw = e.raw(sc)
 		} else {
-			raw, fw = e.raw(sc), e.framework(sc)
+			e.settle(sc)
+			raw = e.raw(sc)
+			e.settle(sc)
+			fw = e.framework(sc)
 		}
 		return []benchround.Figure{
 			benchround.F("rate", fw.rate(), 0), benchround.F("raw_rate", raw.rate(), 0),
@@ -125,6 +131,44 @@ func newRealistic(b testing.TB, url string, replicas, msgs int) *realistic {
 	}
 	publishWorkload(e, msgs)
 	return &realistic{url: url, replicas: replicas, e: e}
+}
+
+// settle waits, on a replicated cluster, until every replica of every
+// stream has caught up with its leader, so neither side starts while the
+// followers still copy what came before it (the workload, or the other
+// side's outputs and logs) and pays for that replication.
+func (r *realistic) settle(tb testing.TB) {
+	if r.replicas <= 1 {
+		return
+	}
+	nc, err := nats.Connect(r.url)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := njs.New(nc)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	shardtest.Eventually(tb, "every stream replica current", func() (bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		streams := js.ListStreams(ctx)
+		for info := range streams.Info() {
+			if info.Cluster == nil {
+				continue
+			}
+			for _, p := range info.Cluster.Replicas {
+				if !p.Current || p.Lag > 0 {
+					return false, fmt.Sprintf("stream %s: replica %s current %v lag %d", info.Config.Name, p.Name, p.Current, p.Lag)
+				}
+			}
+		}
+		if err := streams.Err(); err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
 }
 
 // specs writes the specs of the upsert shards, one per partition.
