@@ -22,6 +22,7 @@ import (
 	"github.com/consumerd/consumerd/internal/natstest"
 	"github.com/consumerd/consumerd/recoverylog"
 	"github.com/consumerd/consumerd/recoverylog/snapshot"
+	"github.com/consumerd/consumerd/shard"
 	walimplsjs "github.com/consumerd/consumerd/wal/walimpls/jetstream"
 )
 
@@ -75,6 +76,8 @@ type history struct {
 	// Sizes of the snapshots taken after the first overwrite of the state
 	// (steady state), and of the last.
 	minSnap, maxSnap, lastSnap int64
+	sizes                      []int64 // of every snapshot, in order
+	compactions                int     // snapshots that compacted first
 	build, takeTime            time.Duration
 }
 
@@ -116,6 +119,10 @@ func buildHistory(b *testing.B, stateMB, rounds int) *history {
 			}
 		}
 		h.lastSnap = res.Manifest.Size()
+		h.sizes = append(h.sizes, h.lastSnap)
+		if res.Compacted {
+			h.compactions++
+		}
 		if steady {
 			if h.minSnap == 0 || h.lastSnap < h.minSnap {
 				h.minSnap = h.lastSnap
@@ -174,6 +181,15 @@ func buildHistory(b *testing.B, stateMB, rounds int) *history {
 		rounds, h.logBytes>>20, h.snapshots, h.uploaded>>20, h.takeTime.Round(time.Millisecond), h.build.Round(time.Millisecond),
 		h.lastSnap>>20, lsm, h.tailBytes>>20)
 	return h
+}
+
+// mibs is ns in MiB.
+func mibs(ns []int64) []int64 {
+	out := make([]int64, len(ns))
+	for i, n := range ns {
+		out[i] = n >> 20
+	}
+	return out
 }
 
 // levels is db's LSM shape, e.g. "L0 2 files 130 MB, L1 3 files 131 MB".
@@ -264,7 +280,7 @@ func benchKey(k int) []byte { return fmt.Appendf(nil, "key-%08d", k) }
 func withStatistics(b *testing.B, e *env) *grocksdb.Options {
 	e.stopWriter()
 	e.db.Close()
-	opts := grocksdb.NewDefaultOptions()
+	opts := shard.DefaultDBOptions()
 	opts.SetCreateIfMissing(true)
 	opts.EnableStatistics()
 	b.Cleanup(opts.Destroy) // the DB keeps its own reference to the statistics
@@ -497,7 +513,8 @@ func BenchmarkRecovery(b *testing.B) {
 	ampl := float64(h.uploaded) / float64(h.rocksWritten)
 	b.Logf("amplification: %d snapshots uploaded %d MiB: %d MiB of SSTs (%d MiB more than the SSTs first named then: uploaded twice), %d KiB of other files and manifests; RocksDB wrote %d MiB of SSTs",
 		h.snapshots, h.uploaded>>20, h.uploadedSST>>20, (h.uploadedSST-h.newSST)>>20, (h.uploaded-h.uploadedSST)>>10, h.rocksWritten>>20)
-	b.Logf("steady-state snapshots of the %d MiB state: %d to %d MiB (the LSM's overwritten versions)", stateMB, h.minSnap>>20, h.maxSnap>>20)
+	b.Logf("steady-state snapshots of the %d MiB state: %d to %d MiB (the LSM's overwritten versions); %d of %d snapshots compacted first", stateMB, h.minSnap>>20, h.maxSnap>>20, h.compactions, h.snapshots)
+	b.Logf("snapshot sizes, MiB, in order: %v", mibs(h.sizes))
 	fmt.Printf("BENCH snapshot.amplification state_mb=%d history_x=10 rounds=1 uploaded_mb=%d log_mb=%d rocksdb_written_mb=%d ratio=%.3f min=%.3f max=%.3f\n",
 		stateMB, h.uploaded>>20, h.logBytes>>20, h.rocksWritten>>20, ampl, ampl, ampl)
 

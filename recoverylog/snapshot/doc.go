@@ -6,7 +6,13 @@
 // # Taking a snapshot
 //
 // Snapshotter.Take (run by the primary on a background goroutine, one at a
-// time) takes a RocksDB checkpoint (which flushes the memtable first: the
+// time) first compacts the database when it holds much more than its live
+// data (Config.CompactAbove, by default 1.25 times, with at least 16 MiB
+// dead: overwritten versions waiting in L0 and the upper levels, which a
+// restore would otherwise move too; the dead share is RocksDB's estimate
+// corrected by what the Snapshotter's own compactions dropped), then takes
+// a RocksDB
+// checkpoint (which flushes the memtable first: the
 // shard DB writes without RocksDB's WAL; writes go on meanwhile), reads the
 // recoverylog.Position stored inside the checkpoint, uploads every SST file
 // the Store lacks under the SHA-256 of its content (SSTs are immutable, so
@@ -52,7 +58,8 @@
 // # Metrics
 //
 // consumerd_snapshot_duration_seconds, consumerd_snapshot_uploaded_bytes_total,
-// consumerd_snapshot_reused_files_total, consumerd_snapshot_failures_total,
+// consumerd_snapshot_reused_files_total, consumerd_snapshot_compactions_total,
+// consumerd_snapshot_failures_total,
 // consumerd_recoverylog_truncated_messages_total,
 // consumerd_snapshot_restore_duration_seconds and
 // consumerd_snapshot_restore_fallbacks_total.

@@ -21,6 +21,10 @@ var (
 		Name: "consumerd_snapshot_reused_files_total",
 		Help: "SST files of a snapshot the store already held (not uploaded again).",
 	}, []string{"shard"})
+	snapshotCompactions = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "consumerd_snapshot_compactions_total",
+		Help: "Snapshots that compacted the shard database first, because it held more than Config.CompactAbove times its estimated live data.",
+	}, []string{"shard"})
 	snapshotFailures = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "consumerd_snapshot_failures_total",
 		Help: "Snapshots that failed before their etcd pointer was updated.",

@@ -69,6 +69,14 @@ type Config struct {
 	// be compatible with the database's (comparator, merge operator). Nil
 	// means RocksDB defaults. Not destroyed by the Snapshotter.
 	Options *grocksdb.Options
+	// CompactAbove: Take compacts the database's whole key range before its
+	// checkpoint when the checkpoint would hold more than CompactAbove times
+	// the live data (and at least 16 MiB of dead data), so a restore moves
+	// live data rather than overwritten versions. The live data is RocksDB's
+	// estimate, which a growing state fools: a compaction that finds little
+	// dead starts a cool-down (see compact.go). Zero means
+	// DefaultCompactAbove; negative, never.
+	CompactAbove float64
 	// Logger receives structured logs with the field "shard".
 	Logger hclog.Logger
 	// Hook, when set, is called at each Step; an error aborts Take at that
@@ -78,9 +86,11 @@ type Config struct {
 }
 
 // Committer appends a Snapshot record to the recovery log in order with
-// the transactions: *recoverylog.Recorder implements it.
+// the transactions, and tells how many bytes of log the writer applied
+// (the compaction policy's clock): *recoverylog.Recorder implements it.
 type Committer interface {
 	CommitSnapshot(ctx context.Context, manifest string, covers message.MessageID) *recoverylog.Commit
+	AppliedBytes() int64
 }
 
 // Source is what Take snapshots: the shard's live database, written by a
@@ -110,8 +120,12 @@ type Result struct {
 	UploadedFiles, ReusedFiles int
 	// SSTBytes is the total size of the snapshot's SST files.
 	SSTBytes int64
-	Retain   RetainResult
-	Duration time.Duration
+	// Compacted tells that Take compacted the database first (see
+	// Config.CompactAbove), taking CompactDuration.
+	Compacted       bool
+	CompactDuration time.Duration
+	Retain          RetainResult
+	Duration        time.Duration
 }
 
 // fileKey identifies a checkpoint file whose hash is cached: SST files are
@@ -130,6 +144,8 @@ type Snapshotter struct {
 
 	mu   sync.Mutex // one Take or Retain at a time
 	sums map[fileKey]string
+	// compact decides on compactions before checkpoints (nil: never).
+	compact *compactPolicy
 	// noTruncateWarned: the log's backend cannot truncate, already said.
 	noTruncateWarned bool
 }
@@ -160,7 +176,16 @@ func NewSnapshotter(cfg Config) (*Snapshotter, error) {
 	if err := os.MkdirAll(cfg.ScratchDir, 0o755); err != nil {
 		return nil, fmt.Errorf("snapshot: shard %s: scratch directory: %w", cfg.Shard, err)
 	}
-	return &Snapshotter{cfg: cfg, logger: cfg.Logger.With("shard", cfg.Shard), sums: map[fileKey]string{}}, nil
+	s := &Snapshotter{cfg: cfg, logger: cfg.Logger.With("shard", cfg.Shard), sums: map[fileKey]string{}}
+	switch {
+	case cfg.CompactAbove == 0:
+		s.compact = newCompactPolicy(DefaultCompactAbove)
+	case cfg.CompactAbove > 1:
+		s.compact = newCompactPolicy(cfg.CompactAbove)
+	case cfg.CompactAbove > 0:
+		return nil, fmt.Errorf("snapshot: shard %s: CompactAbove %g: want more than 1 (or 0 for the default, negative for never)", cfg.Shard, cfg.CompactAbove)
+	}
+	return s, nil
 }
 
 func (s *Snapshotter) hook(step Step) error {
@@ -173,8 +198,9 @@ func (s *Snapshotter) hook(step Step) error {
 	return nil
 }
 
-// Take snapshots src.DB: a RocksDB checkpoint (flushing the memtable; the
-// database keeps serving writes), its Position read from the checkpoint
+// Take snapshots src.DB: a compaction first when the database holds much
+// more than its live data (Config.CompactAbove), a RocksDB checkpoint
+// (flushing the memtable; the database keeps serving writes), its Position read from the checkpoint
 // itself, every SST the store lacks uploaded under its SHA-256, every
 // non-SST file (MANIFEST, CURRENT, OPTIONS, WAL) uploaded under the
 // snapshot's id, then the manifest; then a Snapshot record through
@@ -197,6 +223,14 @@ func (s *Snapshotter) Take(ctx context.Context, src Source) (res *Result, err er
 		}
 	}()
 
+	comp, err := s.compactIfDue(ctx, src)
+	if err != nil {
+		return nil, err
+	}
+	if comp.ran {
+		snapshotCompactions.WithLabelValues(shard).Inc()
+		s.logger.Info("compacted before the snapshot", "bytes_before", comp.before, "bytes_after", comp.after, "took", comp.took)
+	}
 	dir := filepath.Join(s.cfg.ScratchDir, "ckpt-"+randHex())
 	defer os.RemoveAll(dir)
 	files, pos, err := s.checkpoint(src.DB, dir)
@@ -212,7 +246,7 @@ func (s *Snapshotter) Take(ctx context.Context, src Source) (res *Result, err er
 		Version: manifestVersion, Shard: shard, ID: id, Term: src.Term,
 		LogID: uint64(pos.LogID), Position: fromPosition(pos), Created: time.Now().UTC(),
 	}
-	res = &Result{Manifest: m}
+	res = &Result{Manifest: m, Compacted: comp.ran, CompactDuration: comp.took}
 	for _, name := range files {
 		f, uploaded, err := s.uploadFile(ctx, dir, name, id)
 		if err != nil {
