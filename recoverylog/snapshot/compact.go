@@ -122,14 +122,15 @@ type compaction struct {
 	took          time.Duration
 }
 
-// compactIfDue compacts db's whole key range when the policy says so. RocksDB's own flushes and
-// compactions go on meanwhile; when ctx ends the compaction is abandoned
-// (RocksDB stops it), so a primary that stops is not held up by it.
+// compactIfDue compacts src.DB's whole key range when the policy says so.
+// RocksDB's own flushes and compactions go on meanwhile; when ctx ends the
+// compaction is abandoned (RocksDB stops it), so a primary that stops is
+// not held up by it.
 func (s *Snapshotter) compactIfDue(ctx context.Context, src Source) (compaction, error) {
-	db := src.DB
 	if s.compact == nil {
 		return compaction{}, nil
 	}
+	db := src.DB
 	sizes, err := readLiveSizes(db)
 	if err != nil {
 		return compaction{}, fmt.Errorf("snapshot: shard %s: %w", s.cfg.Shard, err)
