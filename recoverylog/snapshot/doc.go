@@ -40,7 +40,9 @@
 //
 // Restore downloads the pointer's snapshot (or, when a file is missing or
 // corrupt, the next older one) into a directory, verifying every file's
-// size and SHA-256 and the restored Position; the caller then replays the
+// size and SHA-256 (JetStreamStore's object store hashes what it reads
+// against the digest it recorded at Put, which Restore compares with the
+// manifest's, so the bytes are hashed once) and the restored Position; the caller then replays the
 // log after that Position with recoverylog.Player. Recover does both
 // offline (`consumerd shards recover`).
 //

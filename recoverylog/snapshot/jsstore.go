@@ -1,8 +1,10 @@
 package snapshot
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -131,6 +133,38 @@ func (s *JetStreamStore) Get(ctx context.Context, name string) (io.ReadCloser, e
 	res, err := s.obs.Get(ctx, name)
 	if err != nil {
 		return nil, s.wrap("get", name, err)
+	}
+	return res, nil
+}
+
+// GetSHA256 implements digestStore: the object's digest, recorded by the
+// object store at Put, must be sum; reading to the end verifies the content
+// against it (a mismatch is a read error: jetstream.ErrDigestMismatch).
+func (s *JetStreamStore) GetSHA256(ctx context.Context, name, sum string) (io.ReadCloser, error) {
+	want, err := hex.DecodeString(sum)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: get %s in bucket %s: sha256 %q: %w", name, s.bucket, sum, err)
+	}
+	if err := validName(name); err != nil {
+		return nil, err
+	}
+	res, err := s.obs.Get(ctx, name)
+	if err != nil {
+		return nil, s.wrap("get", name, err)
+	}
+	info, err := res.Info()
+	if err != nil {
+		res.Close()
+		return nil, s.wrap("get", name, err)
+	}
+	got, err := jetstream.DecodeObjectDigest(info.Digest)
+	if err != nil {
+		res.Close()
+		return nil, s.wrap("get", name, err)
+	}
+	if !bytes.Equal(got, want) {
+		res.Close()
+		return nil, fmt.Errorf("snapshot: get %s in bucket %s: the store recorded sha256 %x, the manifest says %s (corrupt)", name, s.bucket, got, sum)
 	}
 	return res, nil
 }
