@@ -87,8 +87,10 @@ func BenchmarkNexmark(b *testing.B) {
 	results := map[string][]span{}
 	rounds := benchround.Rounds(b, 3)
 	for r := 0; r < rounds; r++ {
-		url, _ := natsproc.Start(b)
-		e := shardtest.NewCluster(b, jetstream.NewBuilder(jetstream.Config{URL: url}), Apps()...)
+		// The round's nats-server, etcd and data go when it ends.
+		sc := benchround.NewScope(b)
+		url, _ := natsproc.Start(sc)
+		e := shardtest.NewCluster(sc, jetstream.NewBuilder(jetstream.Config{URL: url}), Apps()...)
 		e.TxnMaxMessages = 0 // the service defaults
 		e.LagInterval = shard.DefaultLagInterval
 		for _, name := range SourceTopics {
@@ -99,15 +101,16 @@ func BenchmarkNexmark(b *testing.B) {
 				e.PutTopic(topic.Description{Name: ts.Name, Partitions: ts.Partitions(benchPartitions)})
 			}
 		}
-		publishRun(b, e, g, events)
+		publishRun(sc, e, g, events)
 		for _, q := range qs {
-			s, rows := runOne(b, e, q, r)
+			s, rows := runOne(sc, e, q, r)
 			results[q.Name] = append(results[q.Name], span{s.wall, s.cpu})
 			b.Logf("round %d %s: %.2fs wall, %.2fs cpu, %.0f events/s per core", r+1, q.Name, s.wall.Seconds(), s.cpu.Seconds(), float64(events)/s.cpu.Seconds())
 			if digestOf(seed, rows) != models[q.Name] {
 				b.Fatalf("%s: output differs from the model: %s", q.Name, Diff(rows, q.Model(g.Events(events))))
 			}
 		}
+		sc.Close()
 	}
 	for _, q := range qs {
 		res := benchround.Collect(b, len(results[q.Name]), func(r int) []benchround.Figure {
@@ -151,7 +154,7 @@ func outputPartitions(q Query) int {
 }
 
 // publishRun stores events 0 … n-1 and the end marks, all in flight at once.
-func publishRun(b *testing.B, e *shardtest.Cluster, g Generator, n uint64) {
+func publishRun(b testing.TB, e *shardtest.Cluster, g Generator, n uint64) {
 	var ev Event
 	var i uint64
 	errc := make(chan error, 1)
@@ -196,7 +199,7 @@ func publishRun(b *testing.B, e *shardtest.Cluster, g Generator, n uint64) {
 
 // runOne runs query q on a fresh member until its final stage committed its
 // end of input, and returns the span and, once published, the output rows.
-func runOne(b *testing.B, e *shardtest.Cluster, q Query, round int) (struct{ wall, cpu time.Duration }, []string) {
+func runOne(b testing.TB, e *shardtest.Cluster, q Query, round int) (struct{ wall, cpu time.Duration }, []string) {
 	apps := map[string]shard.App{}
 	var ids, final []string
 	var specs []*shard.Spec
@@ -276,7 +279,7 @@ func processCPU(tb testing.TB) time.Duration {
 
 // waitUntil polls cond every 50 ms until it holds, failing after timeout
 // (a whole query run can outlast shardtest.Eventually's 30 s).
-func waitUntil(b *testing.B, timeout time.Duration, what string, cond func() (bool, string)) {
+func waitUntil(b testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
 	deadline := time.Now().Add(timeout)
 	for {
 		ok, why := cond()
@@ -315,7 +318,7 @@ func benchQueries(b *testing.B) []Query {
 // spanProfile starts a CPU profile of one query's measured span when
 // CONSUMERD_NEXMARK_CPUPROFILE names a directory (a whole-benchmark
 // -cpuprofile would mix in the generator and the checks): <dir>/<qN>-<round>.prof.
-func spanProfile(b *testing.B, query string, round int) (stop func()) {
+func spanProfile(b testing.TB, query string, round int) (stop func()) {
 	dir := os.Getenv("CONSUMERD_NEXMARK_CPUPROFILE")
 	if dir == "" {
 		return func() {}
