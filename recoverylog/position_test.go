@@ -2,7 +2,6 @@ package recoverylog
 
 import (
 	"fmt"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -50,23 +49,17 @@ func TestLoadOffsetsSkipsNothingAfterThem(t *testing.T) {
 // context: a walk over the deleted rows compares each, 60,000 for 20,000).
 func loadCounted(t *testing.T, db *grocksdb.DB, deleted int) {
 	t.Helper()
-	// The perf context is per OS thread.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	grocksdb.SetPerfLevel(grocksdb.KEnableCount)
-	defer grocksdb.SetPerfLevel(grocksdb.KDisable)
-	pc := grocksdb.NewPerfContext()
+	var offs map[string]message.MessageID
+	var err error
+	pc := rockstest.CountPerf(func() { offs, err = LoadOffsets(db) })
 	defer pc.Destroy()
-	pc.Reset()
-	offs, err := LoadOffsets(db)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(offs) != 2 || offs["events/0000"] != message.MessageID(41) || offs["events/0001"] != message.MessageID(42) {
 		t.Fatalf("offsets %v, want events/0000=41 events/0001=42", offs)
 	}
-	const userKeyComparisons = 0 // rocksdb/c.h
-	if n := pc.Metric(userKeyComparisons); n > 100 {
+	if n := pc.Metric(rockstest.PerfUserKeyComparisons); n > 100 {
 		t.Fatalf("LoadOffsets compared %d keys for 2 offsets (%d deleted rows sort after them): it walks past its prefix\n%s", n, deleted, pc.Report(true))
 	}
 }

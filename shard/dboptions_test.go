@@ -2,11 +2,12 @@ package shard
 
 import (
 	"fmt"
-	"runtime"
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/linxGnu/grocksdb"
+
+	"github.com/consumerd/consumerd/internal/rockstest"
 )
 
 // A shard database's table files carry a Bloom filter: a Get of an absent
@@ -32,24 +33,22 @@ func TestShardDBGetOfAbsentKeyUsesTheFilter(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The perf context is per OS thread.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	grocksdb.SetPerfLevel(grocksdb.KEnableCount)
-	defer grocksdb.SetPerfLevel(grocksdb.KDisable)
-	pc := grocksdb.NewPerfContext()
-	defer pc.Destroy()
-	pc.Reset()
 	const gets = 200
-	for i := 0; i < gets; i++ {
-		v, err := d.db.GetBytes(d.ro, fmt.Appendf(nil, "keep/%06d", 2*i+1)) // between two stored keys
-		if err != nil || v != nil {
-			t.Fatalf("get absent key: %q, %v", v, err)
+	var getErr error
+	pc := rockstest.CountPerf(func() {
+		for i := 0; i < gets && getErr == nil; i++ {
+			v, err := d.db.GetBytes(d.ro, fmt.Appendf(nil, "keep/%06d", 2*i+1)) // between two stored keys
+			if err == nil && v != nil {
+				err = fmt.Errorf("absent key read %q", v)
+			}
+			getErr = err
 		}
+	})
+	defer pc.Destroy()
+	if getErr != nil {
+		t.Fatalf("get absent key: %v", getErr)
 	}
-	// rocksdb_bloom_sst_miss_count (rocksdb/c.h): the filter ruled a file out.
-	const bloomSSTMiss = 45
-	if ruledOut := pc.Metric(bloomSSTMiss); ruledOut < gets*9/10 {
+	if ruledOut := pc.Metric(rockstest.PerfBloomSSTMiss); ruledOut < gets*9/10 {
 		t.Fatalf("the table file's filter ruled out %d of %d absent keys: no Bloom filter?\n%s", ruledOut, gets, pc.Report(true))
 	}
 }

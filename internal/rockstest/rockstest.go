@@ -1,6 +1,7 @@
 package rockstest
 
 import (
+	"runtime"
 	"testing"
 
 	"github.com/linxGnu/grocksdb"
@@ -64,4 +65,26 @@ func MapDir(t testing.TB, dir string) map[string]string {
 	}
 	defer db.Close()
 	return Map(t, db)
+}
+
+// Counters of RocksDB's perf context, by their index in rocksdb/c.h
+// (grocksdb.PerfContext.Metric).
+const (
+	PerfUserKeyComparisons = 0  // rocksdb_user_key_comparison_count
+	PerfBloomSSTMiss       = 45 // rocksdb_bloom_sst_miss_count: a table file's filter ruled a key out
+)
+
+// CountPerf runs f with RocksDB's perf counters on and returns what they
+// counted; the caller destroys the context. The counters are per OS
+// thread, so f runs with the goroutine locked to its thread and must make
+// its RocksDB calls itself.
+func CountPerf(f func()) *grocksdb.PerfContext {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	grocksdb.SetPerfLevel(grocksdb.KEnableCount)
+	defer grocksdb.SetPerfLevel(grocksdb.KDisable)
+	pc := grocksdb.NewPerfContext()
+	pc.Reset()
+	f()
+	return pc
 }
