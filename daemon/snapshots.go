@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -128,6 +130,16 @@ Snapshots are read from the JetStream object store on --wal.url, or from
 			})
 			if err != nil {
 				return fmt.Errorf("recover shard %s into %s: %w", shardID, dir, err)
+			}
+			if res.Manifest == nil && res.Position.Seq == 0 {
+				// An empty database is not a recovery: most likely a wrong
+				// shard id (or --etcd.prefix, --wal.namespace).
+				if ents, err := os.ReadDir(dir); err == nil {
+					for _, e := range ents {
+						_ = os.RemoveAll(filepath.Join(dir, e.Name()))
+					}
+				}
+				return fmt.Errorf("recover shard %s: no snapshot and nothing in its recovery log: nothing to recover (`shards list` names the shards; check --etcd.prefix and --wal.namespace)", shardID)
 			}
 			from := "the start of the recovery log (no snapshot)"
 			if res.Manifest != nil {

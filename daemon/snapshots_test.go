@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -151,6 +152,20 @@ func TestShardsRecover(t *testing.T) {
 		Options{Apps: []shard.App{wordcount.App()}, Stdout: &stdout, Stderr: &stderr})
 	if code == 0 || !strings.Contains(stderr.String(), "not empty") {
 		t.Fatalf("recover into a non-empty dir: code %d, stderr %q", code, stderr.String())
+	}
+
+	// A shard id with no snapshot and no log (a typo) is an error, not an
+	// empty database; the directory is left empty for another try.
+	stderr.Reset()
+	typo := filepath.Join(t.TempDir(), "typo")
+	code = Run(ctx, []string{"shards", "recover", "--shard", shardID + "x", "--dir", typo,
+		"--etcd.endpoints", strings.Join(endpoints, ","), "--wal.url", url, "--etcd.prefix", prefix},
+		Options{Apps: []shard.App{wordcount.App()}, Stdout: &stdout, Stderr: &stderr})
+	if code == 0 || !strings.Contains(stderr.String(), "nothing to recover") {
+		t.Fatalf("recover of an unknown shard: code %d, stderr %q", code, stderr.String())
+	}
+	if ents, _ := os.ReadDir(typo); len(ents) != 0 {
+		t.Fatalf("recover of an unknown shard left %d entries in %s", len(ents), typo)
 	}
 }
 
