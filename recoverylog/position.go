@@ -42,7 +42,7 @@ var offsetPrefix = []byte("\x00consumerd/offset/")
 // bound. Without it, the iterator's step past the last offset walks every
 // deleted key that sorts next (a shard's published outbox rows, removed by
 // range deletions until compaction drops them).
-var offsetEnd = []byte("\x00consumerd/offset0") // '0' follows '/'
+var offsetEnd = append(bytes.Clone(offsetPrefix[:len(offsetPrefix)-1]), '/'+1)
 
 const positionVersion byte = 1
 const positionLen = 1 + 8 + 4 + 8 + 8

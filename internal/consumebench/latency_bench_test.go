@@ -149,7 +149,6 @@ func latencyRound(b testing.TB) latencyResult {
 		lastIDs[ch] = e.e.LastID(ch)
 	}
 	waitCommitted(b, n, specs, lastIDs)
-	waitOutputs(b, e.e, latencyMaxMsgs+len(acks))
 	// One more sample after the last commit, then stop the poller.
 	cancel()
 	pollWG.Wait()
@@ -157,6 +156,7 @@ func latencyRound(b testing.TB) latencyResult {
 		id, _ := committedOffset(n, s.ID, chans[i])
 		samples[i] = append(samples[i], offsetSample{at: time.Now(), id: id})
 	}
+	waitOutputs(b, e.e, latencyMaxMsgs+len(acks))
 
 	lat := make([]time.Duration, 0, len(acks))
 	for _, a := range acks {

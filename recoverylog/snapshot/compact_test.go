@@ -113,7 +113,7 @@ func TestTakeWithoutCompaction(t *testing.T) {
 
 // A Take whose context ends abandons its compaction (a stopping primary is
 // not held up by it), and leaves manual compactions enabled for the next.
-func TestTakeCanceledDuringCompaction(t *testing.T) {
+func TestTakeWithEndedContextAbandonsCompaction(t *testing.T) {
 	e := newEnv(t, "dir", nil)
 	bloat(e)
 	s := e.snapshotter(nil)
