@@ -38,6 +38,13 @@ func (b *openerBuilder) Build() (Opener, error) {
 		wals: make(map[*walAdaptor]struct{})}, nil
 }
 
+// The optional interfaces every Opener of this package implements.
+var (
+	_ ChannelRemover     = (*opener)(nil)
+	_ ServerInfoReporter = (*opener)(nil)
+	_ ConnectionReporter = (*opener)(nil)
+)
+
 type opener struct {
 	impl    walimpls.OpenerImpls
 	backend string
@@ -128,9 +135,7 @@ func (o *opener) RemoveChannel(ctx context.Context, channel string) error {
 	return nil
 }
 
-// ServerInfo reports the backend server's version and whether it stores
-// batches atomically (walimpls.ServerInfo); ok is false when the backend
-// does not say.
+// ServerInfo implements ServerInfoReporter.
 func (o *opener) ServerInfo() (version string, atomicBatches, ok bool) {
 	si, ok := o.impl.(walimpls.ServerInfo)
 	if !ok {
@@ -139,9 +144,7 @@ func (o *opener) ServerInfo() (version string, atomicBatches, ok bool) {
 	return si.ServerVersion(), si.AtomicBatches(), true
 }
 
-// Connection reports the backend connection's server URL (password
-// redacted; "" while disconnected) and whether it is up
-// (walimpls.ConnectionInfo); ok is false when the backend does not say.
+// Connection implements ConnectionReporter.
 func (o *opener) Connection() (url string, connected, ok bool) {
 	ci, ok := o.impl.(walimpls.ConnectionInfo)
 	if !ok {

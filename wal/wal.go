@@ -257,6 +257,24 @@ type Counter interface {
 	Count(ctx context.Context) (uint64, error)
 }
 
+// ServerInfoReporter is implemented by every Opener this package returns:
+// ServerInfo is the backend server's version and whether it stores a batch
+// atomically (walimpls.ServerInfo); ok is false when the backend does not
+// say. A member warns at start when batches are not atomic (outputs are then
+// exactly once only within the duplicate window).
+type ServerInfoReporter interface {
+	ServerInfo() (version string, atomicBatches, ok bool)
+}
+
+// ConnectionReporter is implemented by every Opener this package returns:
+// Connection is the server URL the backend's connection is on (password
+// redacted, "" while disconnected) and whether it is up now
+// (walimpls.ConnectionInfo); ok is false when the backend does not say.
+// /v1/status reports it.
+type ConnectionReporter interface {
+	Connection() (url string, connected, ok bool)
+}
+
 // ChannelRemover is implemented by every Opener this package returns:
 // RemoveChannel deletes a channel and everything on it (walimpls.ChannelRemover;
 // errors.ErrUnsupported when the backend cannot). Removing a channel that does
