@@ -12,6 +12,9 @@ import (
 	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/consumerd/consumerd/daemon/internal/cluster"
+	"github.com/consumerd/consumerd/daemon/internal/cmdline"
+	"github.com/consumerd/consumerd/daemon/internal/connect"
 	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/topic"
 	"github.com/consumerd/consumerd/wal"
@@ -25,7 +28,7 @@ import (
 // name: the daemon dials etcd and NATS, follows the cluster's recorded WAL
 // namespace, and hands Run a Client, closed when Run returns.
 //
-// A Command's Run returning an error wrapped by UsageError exits 2 with a
+// A Command's Run returning an error wrapped by cmdline.Usage exits 2 with a
 // pointer to --help, like a bad built-in flag; any other error exits 1.
 type Command struct {
 	// Use is the one-line usage; its first word is the command's name,
@@ -50,7 +53,7 @@ type Command struct {
 // Command follows the same rules as `topics create`, `shards apply` and
 // `read`.
 type Client struct {
-	cf     clientFlags
+	cf     connect.ClientFlags
 	apps   map[string]shard.App
 	etcd   *clientv3.Client
 	opener wal.Opener
@@ -61,7 +64,7 @@ type Client struct {
 func (c *Client) Etcd() *clientv3.Client { return c.etcd }
 
 // Prefix is the cluster's root in etcd (--etcd.prefix).
-func (c *Client) Prefix() string { return c.cf.etcdPrefix }
+func (c *Client) Prefix() string { return c.cf.EtcdPrefix }
 
 // Opener opens WAL channels in the cluster's namespace.
 func (c *Client) Opener() wal.Opener { return c.opener }
@@ -71,12 +74,12 @@ func (c *Client) Publisher() *topic.Publisher { return c.pub }
 
 // WALURL is the NATS URL the client is connected to (--wal.url), for
 // error messages.
-func (c *Client) WALURL() string { return c.cf.walURL }
+func (c *Client) WALURL() string { return c.cf.WALURL }
 
 // Topic reads topic name's description; an unknown topic is an error
 // naming the topics there are and how to create one.
 func (c *Client) Topic(ctx context.Context, name string) (topic.Description, error) {
-	return getTopic(ctx, c.etcd, c.cf.etcdPrefix, name)
+	return cluster.GetTopic(ctx, c.etcd, c.cf.EtcdPrefix, name)
 }
 
 // CreateTopic creates topic d as `topics create` does. An existing topic
@@ -86,7 +89,7 @@ func (c *Client) Topic(ctx context.Context, name string) (topic.Description, err
 // "error only" shape, so that a setup command can say what it did and a
 // re-run can show that it changed nothing.
 func (c *Client) CreateTopic(ctx context.Context, d topic.Description) (created bool, err error) {
-	return createTopic(ctx, c.etcd, c.cf.etcdPrefix, d)
+	return cluster.CreateTopic(ctx, c.etcd, c.cf.EtcdPrefix, d)
 }
 
 // ApplySpecs creates or replaces shard specs as `shards apply` does (every
@@ -95,7 +98,13 @@ func (c *Client) CreateTopic(ctx context.Context, d topic.Description) (created 
 // stored one is not written: applying the same list twice changes nothing.
 // Applied says how many were created, updated and left unchanged.
 func (c *Client) ApplySpecs(ctx context.Context, specs []*shard.Spec) (Applied, error) {
-	return applySpecs(ctx, c.etcd, c.cf.etcdPrefix, c.apps, specs)
+	a, err := cluster.ApplySpecs(ctx, c.etcd, c.cf.EtcdPrefix, c.apps, specs)
+	return Applied(a), err
+}
+
+// Applied counts what Client.ApplySpecs did.
+type Applied struct {
+	Created, Updated, Unchanged int
 }
 
 // ErrStopRead, returned by the callback of ReadPartition or
@@ -108,7 +117,7 @@ var ErrStopRead = errors.New("daemon: stop reading")
 // at fn's first error (ErrStopRead: returns nil). Marks and data alike are
 // delivered: the message's properties say which is which.
 func (c *Client) ReadPartition(ctx context.Context, part topic.Partition, fn func(message.ImmutableMessage) error) error {
-	return c.readPartition(ctx, part, readStart{kind: "start"}, fn)
+	return c.readPartition(ctx, part, topic.FromOldest(), fn)
 }
 
 // ReadPartitionFrom is ReadPartition from message id from on (`read
@@ -117,16 +126,16 @@ func (c *Client) ReadPartitionFrom(ctx context.Context, part topic.Partition, fr
 	if from == 0 {
 		return c.ReadPartition(ctx, part, fn)
 	}
-	return c.readPartition(ctx, part, readStart{kind: "id", id: from}, fn)
+	return c.readPartition(ctx, part, topic.FromID(from), fn)
 }
 
-func (c *Client) readPartition(ctx context.Context, part topic.Partition, start readStart, fn func(message.ImmutableMessage) error) error {
+func (c *Client) readPartition(ctx context.Context, part topic.Partition, start topic.Start, fn func(message.ImmutableMessage) error) error {
 	r, err := c.openReader(ctx, part, start, fn)
 	if err != nil {
 		return err
 	}
-	defer r.close()
-	if err = r.toHeads(ctx); errors.Is(err, ErrStopRead) {
+	defer r.Close()
+	if err = r.ToHeads(ctx); errors.Is(err, ErrStopRead) {
 		return nil
 	}
 	return err
@@ -138,25 +147,25 @@ func (c *Client) readPartition(ctx context.Context, part topic.Partition, start 
 // returns an error wrapping ctx.Err()). It is for a reader that waits for a
 // condition the messages will satisfy, such as an end-of-input mark.
 func (c *Client) FollowPartition(ctx context.Context, part topic.Partition, fn func(message.ImmutableMessage) error) error {
-	r, err := c.openReader(ctx, part, readStart{kind: "start"}, fn)
+	r, err := c.openReader(ctx, part, topic.FromOldest(), fn)
 	if err != nil {
 		return err
 	}
-	defer r.close()
-	err = r.follow(ctx)
+	defer r.Close()
+	err = r.Follow(ctx)
 	switch {
 	case errors.Is(err, ErrStopRead):
 		return nil
 	case err != nil:
 		return err
-	case ctx.Err() != nil: // follow returns nil when ctx ends: for read --follow, a normal end
+	case ctx.Err() != nil: // Follow returns nil when ctx ends: for read --follow, a normal end
 		return fmt.Errorf("reading topic %s partition %d: %w", part.Topic, part.Index, ctx.Err())
 	}
 	return nil
 }
 
 // openReader opens part for a read from start delivering to fn.
-func (c *Client) openReader(ctx context.Context, part topic.Partition, start readStart, fn func(message.ImmutableMessage) error) (*reader, error) {
+func (c *Client) openReader(ctx context.Context, part topic.Partition, start topic.Start, fn func(message.ImmutableMessage) error) (*topic.Reader, error) {
 	d, err := c.Topic(ctx, part.Topic)
 	if err != nil {
 		return nil, err
@@ -164,11 +173,11 @@ func (c *Client) openReader(ctx context.Context, part topic.Partition, start rea
 	if part.Index < 0 || part.Index >= d.Partitions {
 		return nil, fmt.Errorf("topic %s has %d partition(s), 0..%d: partition %d does not exist", d.Name, d.Partitions, d.Partitions-1, part.Index)
 	}
-	r := &reader{cf: c.cf, topic: part.Topic, start: start, out: funcSink(fn)}
-	if err := r.open(ctx, c.opener, []int{part.Index}); err != nil {
-		return nil, err
-	}
-	return r, nil
+	return topic.OpenReader(ctx, topic.ReaderConfig{
+		Opener: c.opener, Topic: part.Topic, Partitions: []int{part.Index}, Start: start,
+		OpenTimeout: c.cf.DialTimeout, Server: "NATS at " + c.cf.WALURL,
+		Deliver: func(_ int, m *message.ImmutableMessage) error { return fn(*m) },
+	})
 }
 
 // builtinNames are the names of the built-in commands of root.
@@ -181,8 +190,8 @@ func builtinNames(root *cobra.Command) map[string]bool {
 }
 
 // newCustomCommand makes c a cobra command with the client flags.
-func newCustomCommand(opts Options, c Command) *cobra.Command {
-	var cf clientFlags
+func newCustomCommand(prog cmdline.Program, c Command) *cobra.Command {
+	var cf connect.ClientFlags
 	cmd := &cobra.Command{
 		Use:   c.Use,
 		Short: c.Short,
@@ -194,49 +203,45 @@ func newCustomCommand(opts Options, c Command) *cobra.Command {
 			}
 			if c.Check != nil {
 				if err := c.Check(); err != nil {
-					var ue usageError
-					if errors.As(err, &ue) {
-						return err
-					}
-					return usageError{err}
+					return cmdline.Usage(err)
 				}
 			}
 			ctx := cmd.Context()
-			cli, err := cf.etcd(ctx)
+			cli, err := cf.Etcd(ctx)
 			if err != nil {
 				return err
 			}
 			defer cli.Close()
-			opener, err := cf.openWAL(hclog.NewNullLogger())
+			opener, err := cf.OpenWAL(hclog.NewNullLogger(), 0)
 			if err != nil {
 				return err
 			}
 			pub := topic.NewPublisher(opener, hclog.NewNullLogger())
 			// Bounded like publish's: a silent NATS must not keep the
 			// command from ending.
-			defer closeBy(ctx, func() { pub.Close(); opener.Close() })
-			client := &Client{cf: cf, apps: opts.appMap(), etcd: cli, opener: opener, pub: pub}
+			defer cmdline.CloseBy(ctx, func() { pub.Close(); opener.Close() })
+			client := &Client{cf: cf, apps: prog.AppMap(), etcd: cli, opener: opener, pub: pub}
 			return c.Run(ctx, client, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
-	cf.bind(cmd.Flags())
+	cf.Bind(cmd.Flags())
 	if c.Flags != nil {
 		c.Flags(cmd.Flags())
 	}
 	return cmd
 }
 
-// addCustomCommands adds opts.Commands to root. A name that is empty or
+// addCustomCommands adds a custom daemon's Commands to root. A name that is empty or
 // taken is a bug of the binary, not of its user: it panics (Run reports it
 // as an internal error) rather than shadowing a built-in command.
-func addCustomCommands(root *cobra.Command, opts Options) {
+func addCustomCommands(root *cobra.Command, prog cmdline.Program, custom []Command) {
 	taken := builtinNames(root)
-	for _, c := range opts.Commands {
+	for _, c := range custom {
 		name, _, _ := strings.Cut(strings.TrimSpace(c.Use), " ")
 		if name == "" || taken[name] {
 			panic(fmt.Sprintf("daemon.Options.Commands: command %q: its name is empty or already taken (by a built-in command or an earlier Command)", c.Use))
 		}
 		taken[name] = true
-		root.AddCommand(newCustomCommand(opts, c))
+		root.AddCommand(newCustomCommand(prog, c))
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/consumerd/consumerd/daemon/internal/cmdline"
 	"github.com/consumerd/consumerd/examples/wordcount"
 	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/topic"
@@ -19,7 +20,7 @@ import (
 
 // runWith runs args with extra Commands against c's etcd and NATS; it
 // returns stdout, stderr and the exit code.
-func (c *cli) runWith(cmds []Command, name string, args ...string) (string, string, int) {
+func (c *harness) runWith(cmds []Command, name string, args ...string) (string, string, int) {
 	var out, errb bytes.Buffer
 	args = append(args, "--etcd.endpoints", c.etcd, "--wal.url", c.nats)
 	code := Run(c.t.Context(), args, Options{Apps: c.apps, Stdout: &out, Stderr: &errb, Commands: cmds, Name: name})
@@ -122,7 +123,7 @@ func TestCommandClient(t *testing.T) {
 				err = cl.FollowPartition(cctx, part, func(message.ImmutableMessage) error { return nil })
 				fmt.Fprintln(stdout, "cancelled:", errors.Is(err, context.Canceled))
 			case "usage":
-				return UsageError(errors.New("--step usage: refused by Run"))
+				return cmdline.Usage(errors.New("--step usage: refused by Run"))
 			default:
 				return fmt.Errorf("--step %q: unknown", step)
 			}

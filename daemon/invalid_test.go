@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/consumerd/consumerd/daemon/api"
 	"github.com/consumerd/consumerd/internal/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -35,21 +36,21 @@ func TestInvalidShardSpecIsNeverSilent(t *testing.T) {
 		return out == fmt.Sprintf("%d\n", lines), out + errs
 	})
 	// /v1/query?all=1 is the app's whole answer, merged over every shard.
-	var all QueryResponse
+	var all api.QueryResponse
 	if code := httpJSON(t, base+"/v1/query?app=wordcount&all=1", &all); code != 200 {
 		t.Fatalf("/v1/query all=1: %d", code)
 	}
-	merged, err := entryValues(all.Entries)
+	merged, err := api.DecodeEntries(all.Entries)
 	if err != nil || len(all.Shards) != 4 || len(merged) != lines+1 || merged["the"] != strconv.Itoa(lines) {
 		t.Fatalf("/v1/query all=1: %d shards, %d merged keys (the=%s, %v); want 4 shards, %d keys, the=%d",
 			len(all.Shards), len(merged), merged["the"], err, lines+1, lines)
 	}
 	// How many of the lines the shard about to be damaged holds.
-	var own QueryResponse
+	var own api.QueryResponse
 	if code := httpJSON(t, base+"/v1/query?app=wordcount&shard=wordcount-0000&key=the", &own); code != 200 {
 		t.Fatalf("/v1/query shard=wordcount-0000: %d", code)
 	}
-	vals, err := entryValues(own.Shards["wordcount-0000"])
+	vals, err := api.DecodeEntries(own.Shards["wordcount-0000"])
 	held, _ := strconv.Atoi(vals["the"])
 	if err != nil || held == 0 {
 		t.Fatalf("wordcount-0000 holds %q of the (%v); the test needs it to hold some", vals["the"], err)
@@ -68,9 +69,9 @@ func TestInvalidShardSpecIsNeverSilent(t *testing.T) {
 		}
 		return false, out + errs
 	})
-	var rows []ShardRow
+	var rows []api.ShardRow
 	if err := json.Unmarshal([]byte(c.ok("", "shards", "list", "-o", "json")), &rows); err != nil || len(rows) != 4 ||
-		rows[0].ID != "wordcount-0000" || rows[0].Status != StatusInvalid || rows[0].Error == "" {
+		rows[0].ID != "wordcount-0000" || rows[0].Status != api.StatusInvalid || rows[0].Error == "" {
 		t.Fatalf("shards list -o json: %+v (%v); want 4 rows, wordcount-0000 INVALID with its error", rows, err)
 	}
 
@@ -82,7 +83,7 @@ func TestInvalidShardSpecIsNeverSilent(t *testing.T) {
 			t.Fatalf("query %v over an invalid spec: exit %d, stderr %q; want exit 1 naming wordcount-0000, shards apply and --partial", args, code, errs)
 		}
 	}
-	var eb errorBody
+	var eb api.ErrorResponse
 	for _, q := range []string{"key=the", "all=1"} {
 		if code := httpJSON(t, base+"/v1/query?app=wordcount&"+q, &eb); code != 503 || !strings.Contains(eb.Error, `"wordcount-0000": invalid`) || !strings.Contains(eb.Error, "partial=1") {
 			t.Fatalf("/v1/query?%s over an invalid spec: %d %q; want 503 naming wordcount-0000 and partial=1", q, code, eb.Error)
@@ -95,7 +96,7 @@ func TestInvalidShardSpecIsNeverSilent(t *testing.T) {
 		return code == 0 && out == want+"\n" && strings.Contains(errs, "WARNING (--partial)") && strings.Contains(errs, `"wordcount-0000": invalid`),
 			fmt.Sprintf("exit %d, %q, stderr %q; want %s", code, out, errs, want)
 	})
-	var part QueryResponse
+	var part api.QueryResponse
 	if code := httpJSON(t, base+"/v1/query?app=wordcount&key=the&partial=1", &part); code != 200 ||
 		part.Value == nil || *part.Value != want || !strings.Contains(part.Partial, `"wordcount-0000": invalid`) {
 		t.Fatalf("/v1/query partial=1: %d, %+v; want %s and the missing shard named", code, part, want)

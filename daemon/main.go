@@ -6,13 +6,14 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"sort"
-	"strings"
-	"syscall"
+	"runtime/debug"
 
 	"github.com/spf13/cobra"
 
+	"github.com/consumerd/consumerd/daemon/internal/buildinfo"
+	"github.com/consumerd/consumerd/daemon/internal/cli"
+	"github.com/consumerd/consumerd/daemon/internal/cmdline"
+	"github.com/consumerd/consumerd/daemon/internal/server"
 	"github.com/consumerd/consumerd/shard"
 )
 
@@ -43,7 +44,7 @@ type Options struct {
 
 // Main runs the consumerd command line (os.Args) with apps registered and
 // returns the process exit code: 0 on success, 1 on any error (printed to
-// stderr as one line, never a stack trace), 2 on a usage error.
+// stderr as one line), 2 on a usage error.
 //
 // A custom daemon is:
 //
@@ -53,158 +54,76 @@ func Main(apps ...shard.App) int {
 }
 
 // Run runs the command line args (without the program name) and returns the
-// exit code, as Main does.
+// exit code, as Main does. A panic is a bug: it exits 1 with the panic and
+// its stack trace on stderr.
 func Run(ctx context.Context, args []string, opts Options) (code int) {
-	opts = opts.withDefaults()
-	name := opts.Name
+	prog := opts.program()
 	defer func() {
 		if r := recover(); r != nil {
-			fmt.Fprintf(opts.Stderr, "%s: internal error: %v\n", name, r)
+			fmt.Fprintf(prog.Stderr, "%s: internal error: %v\n%s", prog.Name, r, debug.Stack())
 			code = 1
 		}
 	}()
-	root := newCommand(opts)
+	root := newCommand(prog, opts.Commands)
 	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
+	return exitCode(prog, root.ExecuteContext(ctx))
+}
+
+// exitCode reports err on prog's stderr, as one line, and returns its exit
+// code: 2 for a usage error (with a pointer to --help), a cmdline.ExitError's
+// own, else 1.
+func exitCode(prog cmdline.Program, err error) int {
 	if err == nil {
 		return 0
 	}
-	var ue usageError
-	if errors.As(err, &ue) || isCobraUsageError(err) {
-		fmt.Fprintf(opts.Stderr, "%s: %v\nRun '%s --help' for usage.\n", name, err, name)
+	if cmdline.IsUsage(err) {
+		fmt.Fprintf(prog.Stderr, "%s: %v\nRun '%s --help' for usage.\n", prog.Name, err, prog.Name)
 		return 2
 	}
-	var ec exitCodeError
-	if errors.As(err, &ec) {
-		if ec.err != nil {
-			fmt.Fprintf(opts.Stderr, "%s: %v\n", name, ec.err)
+	if ec, ok := errors.AsType[cmdline.ExitError](err); ok {
+		if ec.Err != nil {
+			fmt.Fprintf(prog.Stderr, "%s: %v\n", prog.Name, ec.Err)
 		}
-		return ec.code
+		return ec.Code
 	}
-	fmt.Fprintf(opts.Stderr, "%s: %v\n", name, err)
+	fmt.Fprintf(prog.Stderr, "%s: %v\n", prog.Name, err)
 	return 1
 }
 
-func (o Options) withDefaults() Options {
-	if o.Stdin == nil {
-		o.Stdin = os.Stdin
+// program is opts with the process's own streams, environment and name
+// where opts leaves them unset.
+func (o Options) program() cmdline.Program {
+	p := cmdline.Program{Apps: o.Apps, Name: o.Name, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr, LookupEnv: o.LookupEnv, Signals: o.Signals}
+	if p.Stdin == nil {
+		p.Stdin = os.Stdin
 	}
-	if o.Stdout == nil {
-		o.Stdout = os.Stdout
+	if p.Stdout == nil {
+		p.Stdout = os.Stdout
 	}
-	if o.Stderr == nil {
-		o.Stderr = os.Stderr
+	if p.Stderr == nil {
+		p.Stderr = os.Stderr
 	}
-	if o.LookupEnv == nil {
-		o.LookupEnv = os.LookupEnv
+	if p.LookupEnv == nil {
+		p.LookupEnv = os.LookupEnv
 	}
-	if o.Name == "" {
-		o.Name = "consumerd"
+	if p.Name == "" {
+		p.Name = "consumerd"
 	}
-	return o
+	return p
 }
-
-// signals returns the channel serve listens on for shutdown requests, and a
-// function that stops the delivery.
-func (o Options) signals() (<-chan os.Signal, func()) {
-	if o.Signals != nil {
-		return o.Signals, func() {}
-	}
-	ch := make(chan os.Signal, 2)
-	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
-	return ch, func() { signal.Stop(ch) }
-}
-
-// app returns the registered application named name.
-func (o Options) app(name string) (shard.App, error) {
-	for _, a := range o.Apps {
-		if a.Name == name {
-			return a, nil
-		}
-	}
-	return shard.App{}, fmt.Errorf("unknown app %q (this binary knows: %s)", name, strings.Join(o.appNames(), ", "))
-}
-
-// appNamesInOrder are the apps' names in registration order.
-func (o Options) appNamesInOrder() []string {
-	names := make([]string, 0, len(o.Apps))
-	for _, a := range o.Apps {
-		names = append(names, a.Name)
-	}
-	return names
-}
-
-func (o Options) appNames() []string {
-	var names []string
-	for _, a := range o.Apps {
-		names = append(names, a.Name)
-	}
-	sort.Strings(names)
-	if len(names) == 0 {
-		names = []string{"none"}
-	}
-	return names
-}
-
-func (o Options) appMap() map[string]shard.App {
-	m := make(map[string]shard.App, len(o.Apps))
-	for _, a := range o.Apps {
-		m[a.Name] = a
-	}
-	return m
-}
-
-// usageError marks a bad flag value or argument (exit code 2).
-type usageError struct{ err error }
-
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
-
-func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 
 // UsageError marks err as a usage error: Run prints it with a pointer to
 // --help and exits 2, as for a bad built-in flag. A Command's Run returns
 // it for a bad value of one of its own flags. A nil err stays nil.
-func UsageError(err error) error {
-	if err == nil {
-		return nil
-	}
-	return usageError{err}
-}
+func UsageError(err error) error { return cmdline.Usage(err) }
 
-// exitCodeError carries a specific exit code (err may be nil: already reported).
-type exitCodeError struct {
-	code int
-	err  error
-}
-
-func (e exitCodeError) Error() string {
-	if e.err == nil {
-		return fmt.Sprintf("exit %d", e.code)
-	}
-	return e.err.Error()
-}
-func (e exitCodeError) Unwrap() error { return e.err }
-
-// isCobraUsageError recognises cobra's and pflag's own argument errors.
-func isCobraUsageError(err error) bool {
-	msg := err.Error()
-	for _, p := range []string{"unknown flag", "unknown shorthand flag", "unknown command", "flag needs an argument",
-		"invalid argument", "accepts ", "requires at least", "required flag", "bad flag syntax", "if any flags in the group"} {
-		if strings.Contains(msg, p) {
-			return true
-		}
-	}
-	return false
-}
-
-// newCommand builds the consumerd command tree.
-func newCommand(opts Options) *cobra.Command {
-	opts = opts.withDefaults()
+// newCommand builds the command tree: serve, the built-in client commands
+// and the custom daemon's own.
+func newCommand(prog cmdline.Program, custom []Command) *cobra.Command {
 	root := &cobra.Command{
-		Use:   opts.Name,
+		Use:   prog.Name,
 		Short: "Run stateful stream consumers as a cluster (etcd + NATS JetStream + RocksDB)",
-		Long: `consumerd runs stateful stream consumers as a cluster. Members register in etcd;
+		Long: prog.Name + ` runs stateful stream consumers as a cluster. Members register in etcd;
 the allocator leader assigns shards (a primary and hot standbys) to members; each
 shard rebuilds its RocksDB from its recovery log and the primary consumes its topic
 partitions exactly once.
@@ -212,37 +131,29 @@ partitions exactly once.
 Every flag can also be set from the environment: CONSUMERD_ + the flag name
 upper-cased with '.' and '-' as '_' (--etcd.lease-ttl is CONSUMERD_ETCD_LEASE_TTL).
 A flag given on the command line wins over its environment variable.`,
-		Version:       build.String(), // version.go
+		Version:       buildinfo.Current.String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			if err := applyEnv(cmd, opts.LookupEnv); err != nil {
-				return usageError{err}
-			}
-			return nil
+			return cmdline.Usage(cmdline.ApplyEnv(cmd, prog.LookupEnv))
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return cmd.Help()
 		},
 	}
-	root.SetIn(opts.Stdin)
-	root.SetOut(opts.Stdout)
-	root.SetErr(opts.Stderr)
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.SetIn(prog.Stdin)
+	root.SetOut(prog.Stdout)
+	root.SetErr(prog.Stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return cmdline.Usage(err) })
 
-	root.AddCommand(newServeCommand(opts))
-	root.AddCommand(newShardsCommand(opts))
-	root.AddCommand(newTopicsCommand(opts))
-	root.AddCommand(newMembersCommand(opts))
-	root.AddCommand(newPublishCommand(opts))
-	root.AddCommand(newReadCommand(opts))
-	root.AddCommand(newQueryCommand(opts))
-	addCustomCommands(root, opts) // command.go
+	root.AddCommand(server.NewCommand(prog))
+	root.AddCommand(cli.Commands(prog)...)
+	addCustomCommands(root, prog, custom)
 
 	var annotate func(c *cobra.Command)
 	annotate = func(c *cobra.Command) {
-		annotateEnv(c.Flags())
-		annotateEnv(c.PersistentFlags())
+		cmdline.AnnotateEnv(c.Flags())
+		cmdline.AnnotateEnv(c.PersistentFlags())
 		for _, sub := range c.Commands() {
 			annotate(sub)
 		}

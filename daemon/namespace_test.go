@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/consumerd/consumerd/daemon/internal/connect"
 	"github.com/consumerd/consumerd/examples/wordcount"
 	"github.com/consumerd/consumerd/internal/etcdtest"
 	"github.com/consumerd/consumerd/internal/freeport"
@@ -54,13 +55,13 @@ func TestMemberWithAnotherNamespaceIsRefused(t *testing.T) {
 func TestClientsFollowTheRecordedNamespace(t *testing.T) {
 	c := newCLI(t)
 	cli := etcdtest.NewClient(t, strings.Split(c.etcd, ","))
-	if err := claimNamespace(t.Context(), hclog.NewNullLogger(), cli, "/consumerd", "blue"); err != nil { // as serve --wal.namespace blue does
+	if err := connect.ClaimNamespace(t.Context(), hclog.NewNullLogger(), cli, "/consumerd", "blue"); err != nil { // as serve --wal.namespace blue does
 		t.Fatal(err)
 	}
 	c.ok("", "topics", "create", "--name", "t", "--partitions", "1")
 	c.ok("x\n", "publish", "--topic", "t")
 	for ns, want := range map[string]message.MessageID{"blue": 1, "consumerd": 0} {
-		op, err := openWAL(c.nats, ns, 1, 5*time.Second, natsconn.Security{}, hclog.NewNullLogger())
+		op, err := connect.OpenWAL(c.nats, ns, 1, 5*time.Second, natsconn.Security{}, hclog.NewNullLogger())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -83,9 +84,9 @@ func TestClientsFollowTheRecordedNamespace(t *testing.T) {
 // member with another --wal.replicas is refused. Before, a publish ahead
 // of the members created single-replica streams on a 3-node NATS cluster.
 func TestClientsCreateStreamsWithTheRecordedReplicas(t *testing.T) {
-	c := &cli{t: t, etcd: strings.Join(etcdtest.StartServer(t), ","), nats: natstest.StartCluster(t, 3), apps: []shard.App{wordcount.App()}}
+	c := &harness{t: t, etcd: strings.Join(etcdtest.StartServer(t), ","), nats: natstest.StartCluster(t, 3), apps: []shard.App{wordcount.App()}}
 	cli := etcdtest.NewClient(t, strings.Split(c.etcd, ","))
-	if err := claimReplicas(t.Context(), hclog.NewNullLogger(), cli, "/consumerd", 3); err != nil { // as serve --wal.replicas 3 does
+	if err := connect.ClaimReplicas(t.Context(), hclog.NewNullLogger(), cli, "/consumerd", 3); err != nil { // as serve --wal.replicas 3 does
 		t.Fatal(err)
 	}
 	c.ok("", "topics", "create", "--name", "t", "--partitions", "1")

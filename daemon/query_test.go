@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/consumerd/consumerd/daemon/api"
 	"github.com/consumerd/consumerd/examples/wordcount"
 	"github.com/consumerd/consumerd/internal/freeport"
 	"github.com/consumerd/consumerd/internal/retry"
@@ -118,7 +119,7 @@ func eventually(t *testing.T, what string, cond func() (bool, string)) {
 
 // serve runs one member in-process against c's etcd and NATS until the test
 // ends, and returns its HTTP base URL.
-func (c *cli) serve() string {
+func (c *harness) serve() string {
 	c.t.Helper()
 	base, _ := c.serveDir(c.t.TempDir())
 	return base
@@ -126,7 +127,7 @@ func (c *cli) serve() string {
 
 // serveDir runs member m1 with its data in dir; stop (also run at the
 // test's end) stops it and waits until it exited.
-func (c *cli) serveDir(dir string) (base string, stop func()) {
+func (c *harness) serveDir(dir string) (base string, stop func()) {
 	c.t.Helper()
 	addr := fmt.Sprintf("127.0.0.1:%d", freeport.Port(c.t))
 	logs := newWatchBuffer()
@@ -154,7 +155,7 @@ func (c *cli) serveDir(dir string) (base string, stop func()) {
 
 // wordcountShards creates wordcount's topics with n partitions each and
 // its n shards (no member runs yet).
-func (c *cli) wordcountShards(n int) {
+func (c *harness) wordcountShards(n int) {
 	c.t.Helper()
 	for _, tp := range []string{"words", "counts"} {
 		c.ok("", "topics", "create", "--name", tp, "--partitions", strconv.Itoa(n))
@@ -163,9 +164,9 @@ func (c *cli) wordcountShards(n int) {
 }
 
 // statuses returns each shard's status in shards list -o json.
-func (c *cli) statuses() (map[string]string, string) {
+func (c *harness) statuses() (map[string]string, string) {
 	out, errs, code := c.run("", "shards", "list", "-o", "json")
-	var rows []ShardRow
+	var rows []api.ShardRow
 	if code != 0 || json.Unmarshal([]byte(out), &rows) != nil {
 		return nil, out + errs
 	}
@@ -177,11 +178,11 @@ func (c *cli) statuses() (map[string]string, string) {
 }
 
 // allPrimary waits until n shards are PRIMARY.
-func (c *cli) allPrimary(n int) {
+func (c *harness) allPrimary(n int) {
 	c.t.Helper()
 	eventually(c.t, fmt.Sprintf("%d shards PRIMARY", n), func() (bool, string) {
 		out, _, code := c.run("", "shards", "list", "-o", "json")
-		var rows []ShardRow
+		var rows []api.ShardRow
 		if code != 0 || json.Unmarshal([]byte(out), &rows) != nil {
 			return false, out
 		}
@@ -207,7 +208,7 @@ func httpJSON(t *testing.T, u string, into any) int {
 		if err := json.Unmarshal(b, into); err != nil {
 			t.Fatalf("GET %s: %v: %.300s", u, err, b)
 		}
-	} else if eb, ok := into.(*errorBody); ok {
+	} else if eb, ok := into.(*api.ErrorResponse); ok {
 		_ = json.Unmarshal(b, eb)
 	}
 	return resp.StatusCode
@@ -320,15 +321,15 @@ func TestQueryBytesAndRouting(t *testing.T) {
 		"key_b64=" + base64.RawURLEncoding.EncodeToString([]byte(k)),
 		"key_b64=" + url.QueryEscape(base64.StdEncoding.EncodeToString([]byte(k))),
 	} {
-		var qr QueryResponse
+		var qr api.QueryResponse
 		if code := httpJSON(t, base+"/v1/query?app=lastvalue&"+q, &qr); code != 200 {
 			t.Fatalf("/v1/query?%s: %d", q, code)
 		}
-		key, err := fromJSONBytes("key", qr.Key, qr.KeyB64)
+		key, err := api.DecodeBytes("key", qr.Key, qr.KeyB64)
 		if err != nil || key != k || qr.Found == nil || !*qr.Found {
 			t.Fatalf("/v1/query?%s: key %q (%v), found %v", q, key, err, qr.Found)
 		}
-		if v, err := fromJSONBytes("value", qr.Value, qr.ValueB64); err != nil || v != kvs[k] || qr.Value != nil {
+		if v, err := api.DecodeBytes("value", qr.Value, qr.ValueB64); err != nil || v != kvs[k] || qr.Value != nil {
 			t.Fatalf("/v1/query?%s: value %q (%v), want %q as value_b64", q, v, err, kvs[k])
 		}
 		if _, ok := qr.Shards[owner(k)]; len(qr.Shards) != 1 || !ok {
@@ -338,18 +339,18 @@ func TestQueryBytesAndRouting(t *testing.T) {
 			t.Fatalf("/v1/query?%s asked %s, want only %s", q, got, owner(k))
 		}
 	}
-	var big1 QueryResponse
+	var big1 api.QueryResponse
 	if code := httpJSON(t, base+"/v1/query?app=lastvalue&key=big", &big1); code != 200 {
 		t.Fatalf("/v1/query key=big: %d", code)
 	}
-	if v, err := fromJSONBytes("value", big1.Value, big1.ValueB64); err != nil || v != big {
+	if v, err := api.DecodeBytes("value", big1.Value, big1.ValueB64); err != nil || v != big {
 		t.Fatalf("/v1/query key=big: %d bytes (%v), want %d", len(v), err, len(big))
 	}
-	var wc QueryResponse
+	var wc api.QueryResponse
 	if code := httpJSON(t, base+"/v1/query?app=wordcount&key_b64=dP8", &wc); code != 200 {
 		t.Fatalf("/v1/query wordcount key_b64=dP8: %d", code)
 	}
-	if v, err := fromJSONBytes("value", wc.Value, wc.ValueB64); err != nil || v != "3" || len(wc.Shards) != 4 {
+	if v, err := api.DecodeBytes("value", wc.Value, wc.ValueB64); err != nil || v != "3" || len(wc.Shards) != 4 {
 		t.Fatalf("wordcount fan-out over HTTP for t\xff: value %q (%v) from shards %v, want 3 from all 4", v, err, wc.Shards)
 	}
 	for q, want := range map[string]string{
@@ -358,7 +359,7 @@ func TestQueryBytesAndRouting(t *testing.T) {
 		"key_b64= %2F8Aeg==": "%2B",
 		"":                   "give exactly one of key=K, key_b64=B or all=1",
 	} {
-		var eb errorBody
+		var eb api.ErrorResponse
 		if code := httpJSON(t, base+"/v1/query?app=lastvalue&"+strings.ReplaceAll(q, " ", "+"), &eb); code != 400 || !strings.Contains(eb.Error, want) {
 			t.Errorf("/v1/query?%s: %d %q, want 400 saying %q", q, code, eb.Error, want)
 		}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/consumerd/consumerd/daemon/api"
 	"github.com/consumerd/consumerd/internal/freeport"
 	"github.com/consumerd/consumerd/topic"
 )
@@ -72,15 +73,15 @@ func decodeRead(t *testing.T, out string) []readMsg {
 	for sc.Scan() {
 		dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
 		dec.DisallowUnknownFields()
-		var rm ReadMessage
+		var rm api.ReadMessage
 		if err := dec.Decode(&rm); err != nil {
 			t.Fatalf("read -o json line %.200q: %v", sc.Text(), err)
 		}
-		k, err := fromJSONBytes("key", rm.Key, rm.KeyB64)
+		k, err := api.DecodeBytes("key", rm.Key, rm.KeyB64)
 		if err != nil {
 			t.Fatalf("line %.200q: %v", sc.Text(), err)
 		}
-		v, err := fromJSONBytes("payload", rm.Payload, rm.PayloadB64)
+		v, err := api.DecodeBytes("payload", rm.Payload, rm.PayloadB64)
 		if err != nil {
 			t.Fatalf("line %.200q: %v", sc.Text(), err)
 		}

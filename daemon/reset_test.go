@@ -8,6 +8,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/consumerd/consumerd/daemon/api"
+	"github.com/consumerd/consumerd/daemon/internal/connect"
 	"github.com/consumerd/consumerd/internal/natsconn"
 	"github.com/consumerd/consumerd/recoverylog"
 	"github.com/consumerd/consumerd/wal"
@@ -34,7 +36,7 @@ func TestShardsResetAfterLostLog(t *testing.T) {
 	counted("every line counted")
 	stop()
 
-	op, err := openWAL(c.nats, "consumerd", 1, 5*time.Second, natsconn.Security{}, hclog.NewNullLogger())
+	op, err := connect.OpenWAL(c.nats, "consumerd", 1, 5*time.Second, natsconn.Security{}, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +49,7 @@ func TestShardsResetAfterLostLog(t *testing.T) {
 	c.serveDir(dir)
 	eventually(t, "wordcount-0000 FAILED, saying why and what to do", func() (bool, string) {
 		out := c.ok("", "shards", "list", "-o", "json")
-		var rows []ShardRow
+		var rows []api.ShardRow
 		if err := json.Unmarshal([]byte(out), &rows); err != nil {
 			return false, err.Error()
 		}

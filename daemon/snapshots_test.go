@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/linxGnu/grocksdb"
 
+	"github.com/consumerd/consumerd/daemon/internal/connect"
 	"github.com/consumerd/consumerd/examples/wordcount"
 	"github.com/consumerd/consumerd/internal/embednats"
 	"github.com/consumerd/consumerd/internal/etcdtest"
@@ -38,12 +39,12 @@ func TestShardsRecover(t *testing.T) {
 	cli := etcdtest.NewClient(t, endpoints)
 	url := natstest.Start(t)
 	const prefix, shardID = "/team-a/wc", "wc-7"
-	ns, err := walNamespace("", prefix)
+	ns, err := connect.WALNamespace("", prefix)
 	if err != nil || ns != "team--a-swc" {
 		t.Fatalf("namespace of %s: %q, %v", prefix, ns, err)
 	}
 
-	opener, err := openWAL(url, ns, 1, 0, natsconn.Security{}, hclog.NewNullLogger())
+	opener, err := connect.OpenWAL(url, ns, 1, 0, natsconn.Security{}, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +102,7 @@ func TestShardsRecover(t *testing.T) {
 		}
 	}
 
-	st, closeStore, err := openSnapshotStore(ctx, "", url, ns, 1, 0, natsconn.Security{}, hclog.NewNullLogger())
+	st, closeStore, err := connect.OpenSnapshotStore(ctx, "", url, ns, 1, 0, natsconn.Security{}, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +194,7 @@ func TestShardsRecoverUsage(t *testing.T) {
 func TestSnapshotStoreWaitsForNATS(t *testing.T) {
 	port := freeport.Port(t)
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
-	if _, _, err := openSnapshotStore(t.Context(), "", url, "consumerd", 1, 0, natsconn.Security{}, hclog.NewNullLogger()); err == nil || !strings.Contains(err.Error(), "snapshot store") {
+	if _, _, err := connect.OpenSnapshotStore(t.Context(), "", url, "consumerd", 1, 0, natsconn.Security{}, hclog.NewNullLogger()); err == nil || !strings.Contains(err.Error(), "snapshot store") {
 		t.Fatalf("one try without NATS: %v, want an error naming the snapshot store", err)
 	}
 	started := make(chan *embednats.Server, 1)
@@ -205,7 +206,7 @@ func TestSnapshotStoreWaitsForNATS(t *testing.T) {
 		}
 		started <- s
 	}()
-	st, closeStore, err := openSnapshotStore(t.Context(), "", url, "consumerd", 1, time.Minute, natsconn.Security{}, hclog.NewNullLogger())
+	st, closeStore, err := connect.OpenSnapshotStore(t.Context(), "", url, "consumerd", 1, time.Minute, natsconn.Security{}, hclog.NewNullLogger())
 	s := <-started
 	if s != nil {
 		defer s.Shutdown()

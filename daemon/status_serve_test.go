@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/consumerd/consumerd/daemon/api"
+	"github.com/consumerd/consumerd/daemon/internal/buildinfo"
+	"github.com/consumerd/consumerd/daemon/internal/htmltest"
 	"golang.org/x/net/html"
 )
 
@@ -39,9 +42,9 @@ func TestStatusPagesServed(t *testing.T) {
 	c.allPrimary(2)
 	c.ok("the cat\nthe dog\na bird\n", "publish", "--topic", "words")
 
-	var st StatusResponse
+	var st api.StatusResponse
 	eventually(t, "a primary's last commit in /v1/status", func() (bool, string) {
-		st = StatusResponse{}
+		st = api.StatusResponse{}
 		if code := httpJSON(t, base+"/v1/status", &st); code != http.StatusOK {
 			return false, fmt.Sprint(code)
 		}
@@ -52,8 +55,8 @@ func TestStatusPagesServed(t *testing.T) {
 		}
 		return false, fmt.Sprintf("%+v", st.Replicas)
 	})
-	if st.Version == "" || st.Version != version || st.Build == "" || st.UptimeSeconds <= 0 {
-		t.Errorf("version %q (want %q), build %q, uptime %v", st.Version, version, st.Build, st.UptimeSeconds)
+	if st.Version == "" || st.Version != buildinfo.Current.Version || st.Build == "" || st.UptimeSeconds <= 0 {
+		t.Errorf("version %q (want %q), build %q, uptime %v", st.Version, buildinfo.Current.Version, st.Build, st.UptimeSeconds)
 	}
 	if !st.Etcd.Session || st.Etcd.Connection != "READY" || st.Etcd.LastError != "" {
 		t.Errorf("etcd health %+v", st.Etcd)
@@ -74,14 +77,14 @@ func TestStatusPagesServed(t *testing.T) {
 	if code != http.StatusOK || !strings.HasPrefix(ctype, "text/html") {
 		t.Fatalf("GET /: %d %s", code, ctype)
 	}
-	doc := dom(t, body)
-	rows := byAttr(findAll(doc, hasAttr("data-shard")), "data-shard")
+	doc := htmltest.Parse(t, body)
+	rows := htmltest.ByAttr(htmltest.FindAll(doc, htmltest.HasAttr("data-shard")), "data-shard")
 	for _, id := range []string{"wordcount-0000", "wordcount-0001"} {
-		if r := rows[id]; r == nil || attrOf(r, "data-status") != "PRIMARY" || attrOf(r, "data-primary") != "local/m1" {
+		if r := rows[id]; r == nil || htmltest.AttrOf(r, "data-status") != "PRIMARY" || htmltest.AttrOf(r, "data-primary") != "local/m1" {
 			t.Errorf("GET /: shard %s row %v", id, r)
 		}
 	}
-	if l := findAll(doc, func(n *html.Node) bool { return attrOf(n, "id") == "leader" }); len(l) != 1 || attrOf(l[0], "data-leader") != "local/m1" {
+	if l := htmltest.FindAll(doc, func(n *html.Node) bool { return htmltest.AttrOf(n, "id") == "leader" }); len(l) != 1 || htmltest.AttrOf(l[0], "data-leader") != "local/m1" {
 		t.Errorf("GET /: leader %v", l)
 	}
 
@@ -89,7 +92,7 @@ func TestStatusPagesServed(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("GET /shards/wordcount-0001: %d %s", code, body)
 	}
-	if h := findAll(dom(t, body), func(n *html.Node) bool { return attrOf(n, "id") == "shard" }); len(h) != 1 || attrOf(h[0], "data-status") != "PRIMARY" {
+	if h := htmltest.FindAll(htmltest.Parse(t, body), func(n *html.Node) bool { return htmltest.AttrOf(n, "id") == "shard" }); len(h) != 1 || htmltest.AttrOf(h[0], "data-status") != "PRIMARY" {
 		t.Errorf("shard page heading %v", h)
 	}
 	for path, want := range map[string]struct {
@@ -109,8 +112,8 @@ func TestStatusPagesServed(t *testing.T) {
 		if want.text == "" {
 			continue
 		}
-		e := findAll(dom(t, body), func(n *html.Node) bool { return attrOf(n, "id") == "error" })
-		if len(e) != 1 || !strings.Contains(text(e[0]), want.text) {
+		e := htmltest.FindAll(htmltest.Parse(t, body), func(n *html.Node) bool { return htmltest.AttrOf(n, "id") == "error" })
+		if len(e) != 1 || !strings.Contains(htmltest.Text(e[0]), want.text) {
 			t.Errorf("GET %s: error %q, want it to say %q", path, body, want.text)
 		}
 	}

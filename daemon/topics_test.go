@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/consumerd/consumerd/daemon/api"
+	"github.com/consumerd/consumerd/daemon/internal/cluster"
 	"github.com/consumerd/consumerd/examples/wordcount"
 	"github.com/consumerd/consumerd/internal/blackhole"
 	"github.com/consumerd/consumerd/internal/etcdtest"
@@ -21,21 +23,21 @@ import (
 	"github.com/consumerd/consumerd/topic"
 )
 
-// cli runs client subcommands in-process against one etcd and one NATS.
-type cli struct {
+// harness runs client subcommands in-process against one etcd and one NATS.
+type harness struct {
 	t          *testing.T
 	etcd, nats string
 	// apps are the binary's apps (default: wordcount).
 	apps []shard.App
 }
 
-func newCLI(t *testing.T) *cli {
+func newCLI(t *testing.T) *harness {
 	t.Helper()
-	return &cli{t: t, etcd: strings.Join(etcdtest.StartServer(t), ","), nats: natstest.Start(t), apps: []shard.App{wordcount.App()}}
+	return &harness{t: t, etcd: strings.Join(etcdtest.StartServer(t), ","), nats: natstest.Start(t), apps: []shard.App{wordcount.App()}}
 }
 
 // run returns stdout, stderr and the exit code.
-func (c *cli) run(stdin string, args ...string) (string, string, int) {
+func (c *harness) run(stdin string, args ...string) (string, string, int) {
 	var out bytes.Buffer
 	errs, code := c.runTo(c.t.Context(), &out, stdin, args...)
 	return out.String(), errs, code
@@ -43,7 +45,7 @@ func (c *cli) run(stdin string, args ...string) (string, string, int) {
 
 // runTo runs with ctx, writing stdout to out; it returns stderr and the
 // exit code.
-func (c *cli) runTo(ctx context.Context, out io.Writer, stdin string, args ...string) (string, int) {
+func (c *harness) runTo(ctx context.Context, out io.Writer, stdin string, args ...string) (string, int) {
 	var errb bytes.Buffer
 	args = append(args, "--etcd.endpoints", c.etcd, "--wal.url", c.nats)
 	code := Run(ctx, args, Options{Apps: c.apps, Stdin: strings.NewReader(stdin), Stdout: out, Stderr: &errb})
@@ -51,7 +53,7 @@ func (c *cli) runTo(ctx context.Context, out io.Writer, stdin string, args ...st
 }
 
 // ok runs and fails the test unless the command succeeds.
-func (c *cli) ok(stdin string, args ...string) string {
+func (c *harness) ok(stdin string, args ...string) string {
 	c.t.Helper()
 	out, errs, code := c.run(stdin, args...)
 	if code != 0 {
@@ -61,7 +63,7 @@ func (c *cli) ok(stdin string, args ...string) string {
 }
 
 // fails runs and fails the test unless the command exits with code, saying want.
-func (c *cli) fails(code int, want, stdin string, args ...string) {
+func (c *harness) fails(code int, want, stdin string, args ...string) {
 	c.t.Helper()
 	out, errs, got := c.run(stdin, args...)
 	if got != code || !strings.Contains(errs, want) {
@@ -69,13 +71,13 @@ func (c *cli) fails(code int, want, stdin string, args ...string) {
 	}
 }
 
-func (c *cli) topics() map[string]TopicRow {
+func (c *harness) topics() map[string]api.TopicRow {
 	c.t.Helper()
-	var rows []TopicRow
+	var rows []api.TopicRow
 	if err := json.Unmarshal([]byte(c.ok("", "topics", "list", "-o", "json")), &rows); err != nil {
 		c.t.Fatal(err)
 	}
-	out := map[string]TopicRow{}
+	out := map[string]api.TopicRow{}
 	for _, r := range rows {
 		out[r.Name] = r
 	}
@@ -275,7 +277,7 @@ func TestPartitionList(t *testing.T) {
 				ps = append(ps, p)
 			}
 		}
-		if got := partitionList(ps); got != want {
+		if got := cluster.PartitionList(ps); got != want {
 			t.Errorf("partitionList(%s) = %q, want %q", in, got, want)
 		}
 	}

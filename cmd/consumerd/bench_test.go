@@ -16,7 +16,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/consumerd/consumerd/daemon"
+	"github.com/consumerd/consumerd/daemon/api"
 	"github.com/consumerd/consumerd/internal/benchround"
 	"github.com/consumerd/consumerd/recoverylog"
 	"github.com/consumerd/consumerd/wal"
@@ -269,7 +269,7 @@ func standbyBehind(tb testing.TB, victim *member, standbyOf map[string]string, b
 			ids = append(ids, m)
 		}
 	}
-	sts := make([]daemon.StatusResponse, len(ids))
+	sts := make([]api.StatusResponse, len(ids))
 	errs := make([]error, len(ids))
 	var wg sync.WaitGroup
 	for i, id := range ids {
@@ -379,8 +379,8 @@ func checkCommitted(tb testing.TB, members []*member, victim *member, shard stri
 }
 
 // memberStatus is m's /v1/status.
-func memberStatus(m *member) (daemon.StatusResponse, error) {
-	var st daemon.StatusResponse
+func memberStatus(m *member) (api.StatusResponse, error) {
+	var st api.StatusResponse
 	code, body, err := httpGet("http://" + m.httpAddr + "/v1/status")
 	if err != nil {
 		return st, fmt.Errorf("/v1/status of %s: %w", m.id, err)

@@ -23,6 +23,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/consumerd/consumerd/daemon"
+	"github.com/consumerd/consumerd/daemon/api"
 	"github.com/consumerd/consumerd/examples/nexmark"
 	"github.com/consumerd/consumerd/internal/etcdtest"
 	"github.com/consumerd/consumerd/internal/freeport"
@@ -212,7 +213,7 @@ func (e *e2e) outputMessages(names map[string]bool) (int64, error) {
 	if code != 0 {
 		return 0, fmt.Errorf("topics list: exit %d: %s", code, errb.String())
 	}
-	var rows []daemon.TopicRow
+	var rows []api.TopicRow
 	if err := json.Unmarshal(out.Bytes(), &rows); err != nil {
 		return 0, err
 	}
