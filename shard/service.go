@@ -44,7 +44,8 @@ type Config struct {
 	Apps map[string]App
 	// Topics looks an output topic up (its partition count) for the apps'
 	// Publisher.Publish and PublishTo; each primary asks once per topic.
-	// The daemon reads the topic records in etcd. Nil: publishing fails.
+	// The daemon gives EtcdTopics (the topic registry). Nil: publishing
+	// fails.
 	Topics func(ctx context.Context, name string) (topic.Description, error)
 	// TxnMaxBytes and TxnMaxMessages cap a transaction's input (zero:
 	// DefaultTxnMaxBytes, DefaultTxnMaxMessages).

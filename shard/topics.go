@@ -3,29 +3,29 @@ package shard
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/consumerd/consumerd/topic"
 )
 
-// ErrTopicNotFound is wrapped by a topic lookup of a topic with no record.
-var ErrTopicNotFound = errors.New("topic does not exist")
+// ErrTopicNotFound is topic.ErrUnknownTopic, which a topic lookup of a topic
+// with no record wraps. It stays until the daemon tests for
+// topic.ErrUnknownTopic itself.
+var ErrTopicNotFound = topic.ErrUnknownTopic
 
-// EtcdTopics is the topic lookup of Config.Topics that reads the topic
-// records under root (topic.Key), as the daemon and the CLI do.
+// EtcdTopics is the topic lookup of Config.Topics: topic.Registry's Get of
+// the records under root, with etcd's failures marked transient (etcd's
+// unavailability is not the shard's fault, so the replica restarts by
+// itself). A topic with no record (topic.ErrUnknownTopic) or a record that
+// does not decode (topic.ErrBadRecord) is not transient: a person must act.
 func EtcdTopics(cli *clientv3.Client, root string) func(ctx context.Context, name string) (topic.Description, error) {
+	reg := &topic.Registry{Client: cli, Prefix: root}
 	return func(ctx context.Context, name string) (topic.Description, error) {
-		key := topic.Key(root, name)
-		resp, err := cli.Get(ctx, key)
-		if err != nil {
-			// etcd's unavailability is not the shard's fault: transient.
-			return topic.Description{}, markTransient(fmt.Errorf("reading topic %s from etcd: %w", name, err))
+		d, err := reg.Get(ctx, name)
+		if err != nil && !errors.Is(err, topic.ErrUnknownTopic) && !errors.Is(err, topic.ErrBadRecord) {
+			return topic.Description{}, markTransient(err)
 		}
-		if len(resp.Kvs) == 0 {
-			return topic.Description{}, fmt.Errorf("topic %q (%s): %w", name, key, ErrTopicNotFound)
-		}
-		return topic.DecodeRecord(root, key, resp.Kvs[0].Value)
+		return d, err
 	}
 }

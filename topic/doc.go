@@ -11,7 +11,12 @@
 // explicit partition. It opens each partition's WAL (term 0) once and caches
 // it until Close. Envelope pairs a message read back with its Partition.
 //
-// Topic descriptions are not stored anywhere: shard specs name the topic and
-// the daemon derives the partition count. The package knows nothing of shards;
-// the wal package knows nothing of topics.
+// A topic's description is stored in etcd, one record per topic at
+// Key(root, name) (record.go: the key and a strict decoding), and Registry
+// owns those records: Create (guarded, so a partition count never changes),
+// Get (an unknown topic names the topics there are), List, and Delete
+// (guarded by the caller's compares). The daemon's commands and the shards'
+// output lookup go through it; nothing else reads or writes the records.
+// The package knows nothing of shards; the wal package knows nothing of
+// topics.
 package topic

@@ -1,6 +1,7 @@
 package topic
 
 import (
+	"errors"
 	"strings"
 	"testing"
 )
@@ -33,8 +34,8 @@ func TestRecordErrors(t *testing.T) {
 		{"/c/items/a", `{"partitions":1}`, "not a key"},
 	} {
 		_, err := DecodeRecord("/c", tc.key, []byte(tc.raw))
-		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), tc.key) {
-			t.Errorf("DecodeRecord(%s, %s) = %v, want an error naming the key and saying %q", tc.key, tc.raw, err, tc.want)
+		if !errors.Is(err, ErrBadRecord) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), tc.key) {
+			t.Errorf("DecodeRecord(%s, %s) = %v, want an ErrBadRecord naming the key and saying %q", tc.key, tc.raw, err, tc.want)
 		}
 	}
 }
