@@ -10,13 +10,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/linxGnu/grocksdb"
 
-	"github.com/consumerd/consumerd/internal/retry"
 	"github.com/consumerd/consumerd/wal"
 	"github.com/consumerd/consumerd/wal/message"
-	"github.com/consumerd/consumerd/wal/walimpls"
 )
 
 // outTxn is one committed transaction's outputs, in staging order.
@@ -37,14 +34,24 @@ const drainQueue = 16
 // chain's last marker, so it lands at most once; when the chain moved
 // (ErrStaleChain) the drainer reads the last marker: at or past this chunk
 // means another writer — a zombie of this shard, or an earlier attempt
-// whose reply was lost — already stored it, and it is skipped. Failures of
-// the WAL are retried with the one retry policy until the primary stops;
-// what is left is published by the next primary, from the outbox rows.
+// whose reply was lost — already stored it, and it is skipped.
+//
+// Retries have one owner: the WAL adaptor, which retries a failed append
+// or marker read with the one retry policy (internal/retry). The drainer
+// retries nothing itself; of a publish's errors it handles only its own
+// business: ErrStaleChain (read the last marker, skip what it covers, send
+// the rest) and the end of its context (nil: the next primary finishes).
+// Any other error stops it with that error, which stops the primary
+// (txnLoop), and the replica's rule for failures (transient.go) decides
+// what follows: the adaptor's retries ran out (retry.ErrExhausted — a
+// NATS outage longer than they wait) is transient, and the replica
+// restarts with backoff for as long as the outage lasts, its new primary
+// publishing what is left from the outbox rows; anything else (a message
+// the server rejects, a marker that does not parse) fails the replica.
 type drainer struct {
 	shard  string
 	chain  string
 	opener wal.Opener
-	logger hclog.Logger
 
 	queue     chan *outTxn
 	published atomic.Uint64 // every txn up to this one is out
@@ -64,8 +71,8 @@ type outChan struct {
 	chunk  int
 }
 
-func newDrainer(shard, epoch string, opener wal.Opener, published uint64, logger hclog.Logger) *drainer {
-	d := &drainer{shard: shard, opener: opener, logger: logger,
+func newDrainer(shard, epoch string, opener wal.Opener, published uint64) *drainer {
+	d := &drainer{shard: shard, opener: opener,
 		queue: make(chan *outTxn, drainQueue), done: make(chan struct{}), chans: map[string]*outChan{}}
 	d.published.Store(published)
 	if epoch != "" {
@@ -304,13 +311,7 @@ func (d *drainer) publishChannel(ctx context.Context, c *outChan, txns []*outTxn
 			n++
 		}
 		batch := units[:n]
-		err := retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second}.Do(ctx, retry.Call{
-			Retryable: func(err error) bool { return !errors.Is(err, errPermanentOutput) },
-			OnRetry: func(attempt int, wait time.Duration, err error) {
-				d.logger.Warn("publishing outputs failed; retrying", "channel", ch, "txn", batch[0].txn, "attempt", attempt, "backoff", wait, "error", err)
-			},
-		}, func() error { return d.appendUnits(ctx, c, batch) })
-		if err != nil {
+		if err := d.appendUnits(ctx, c, batch); err != nil {
 			return fmt.Errorf("publish txn %d..%d's outputs to %s: %w", batch[0].txn, batch[len(batch)-1].txn, ch, err)
 		}
 		units = units[n:]
@@ -318,20 +319,16 @@ func (d *drainer) publishChannel(ctx context.Context, c *outChan, txns []*outTxn
 	return nil
 }
 
-// errPermanentOutput marks a failure no retry mends (e.g. a message larger
-// than the server accepts).
-var errPermanentOutput = errors.New("permanent")
-
-// staleRetries bounds the immediate re-sends after the chain moved (each
-// one after reading the new last marker); beyond, the retry policy waits.
-const staleRetries = 8
-
 // appendUnits appends the units the chain's last marker does not cover as
 // one batch, closed by the last unit's marker, or finds them all stored.
-// When the chain moved (another writer, or a lost reply) it reads the last
-// marker, drops what it covers, and re-sends the rest.
+// When the chain moved (another writer, or an attempt of the adaptor's
+// whose reply was lost) it reads the last marker, drops what it covers, and
+// sends the rest: the chain moving is another writer's progress, not a
+// failure, so there is no bound but that progress — a stale reply whose
+// chain did not move is an error. Every other error is the adaptor's final
+// word (see drainer).
 func (d *drainer) appendUnits(ctx context.Context, c *outChan, units []unit) error {
-	for try := 0; ; try++ {
+	for {
 		for len(units) > 0 && units[0].covered(c.txn, c.chunk) {
 			units = units[1:]
 		}
@@ -343,22 +340,20 @@ func (d *drainer) appendUnits(ctx context.Context, c *outChan, units []unit) err
 			msgs = append(msgs, u.msgs...)
 		}
 		last := units[len(units)-1]
-		res, err := c.w.AppendBatch(ctx, wal.Batch{Messages: msgs, Chain: d.chain, Marker: last.marker(), After: c.after})
+		after := c.after
+		res, err := c.w.AppendBatch(ctx, wal.Batch{Messages: msgs, Chain: d.chain, Marker: last.marker(), After: after})
 		if err == nil {
 			c.after, c.txn, c.chunk = res.MarkerID, last.txn, last.chunk
 			return nil
 		}
 		if !errors.Is(err, wal.ErrStaleChain) {
-			if !walimpls.IsRetryable(err) {
-				return fmt.Errorf("%w: %w", errPermanentOutput, err)
-			}
 			return err
 		}
 		if err := d.loadMarker(ctx, c); err != nil {
 			return err
 		}
-		if try >= staleRetries {
-			return fmt.Errorf("chain %s keeps moving (now at txn %d chunk %d); retrying after it", d.chain, c.txn, c.chunk)
+		if c.after == after {
+			return fmt.Errorf("chain %s on %s: the WAL refused a batch after marker %d as stale, but that is still the last marker: %w", d.chain, c.w.Channel(), after, err)
 		}
 	}
 }
@@ -398,7 +393,7 @@ func (d *drainer) loadMarker(ctx context.Context, c *outChan) error {
 	}
 	txn, chunk, err := parseMarker(m.Payload)
 	if err != nil {
-		return fmt.Errorf("%w: chain %s on %s: %w", errPermanentOutput, d.chain, c.w.Channel(), err)
+		return fmt.Errorf("chain %s on %s: %w", d.chain, c.w.Channel(), err)
 	}
 	c.txn, c.chunk = txn, chunk
 	return nil

@@ -134,7 +134,7 @@ func (r *replica) runPrimary(ctx context.Context, sdb *shardDB, consumer Consume
 		return err
 	}
 	pub := &txnPublisher{sh: sh, topics: &topicCache{lookup: r.svc.cfg.Topics}, st: ob}
-	drain := newDrainer(spec.ID, ob.epoch, r.svc.cfg.Opener, ob.published, r.logger)
+	drain := newDrainer(spec.ID, ob.epoch, r.svc.cfg.Opener, ob.published)
 	drainCtx, stopDrain := context.WithCancel(ctx)
 	go drain.run(drainCtx, pending) // owned here: stopped below
 	defer func() { stopDrain(); <-drain.done }()
