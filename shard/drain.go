@@ -52,6 +52,7 @@ type drainer struct {
 	shard  string
 	chain  string
 	opener wal.Opener
+	clock  clock
 
 	queue     chan *outTxn
 	published atomic.Uint64 // every txn up to this one is out
@@ -71,8 +72,8 @@ type outChan struct {
 	chunk  int
 }
 
-func newDrainer(shard, epoch string, opener wal.Opener, published uint64) *drainer {
-	d := &drainer{shard: shard, opener: opener,
+func newDrainer(shard, epoch string, opener wal.Opener, published uint64, clk clock) *drainer {
+	d := &drainer{shard: shard, opener: opener, clock: clk,
 		queue: make(chan *outTxn, drainQueue), done: make(chan struct{}), chans: map[string]*outChan{}}
 	d.published.Store(published)
 	if epoch != "" {
@@ -96,21 +97,6 @@ func (d *drainer) enqueue(ctx context.Context, t *outTxn) error {
 	}
 }
 
-// maxCoalesce bounds the committed transactions published together, and
-// drainLinger how long the drainer waits for more after the first when it
-// published less than drainLinger ago: batches cost the server more per
-// batch than per message (a single-replica stream stages each atomic batch
-// in a file store of its own), so a busy shard's small transactions go out
-// together, up to drainLinger later; a transaction after a quiet spell goes
-// out at once. In the latency bench, 20 ms instead of 5 ms took the process
-// from 1.8 to 1.6 cores at the same load (and the state's commit latency
-// p99 down with it); outputs of exactly-once systems become visible at
-// commits (Kafka Streams: every 100 ms), so this stays well inside that.
-const (
-	maxCoalesce = 64
-	drainLinger = 20 * time.Millisecond
-)
-
 // run publishes pending (the outbox rows left by earlier primaries, in
 // txn order), then what the loop enqueues, until ctx ends (or the queue is
 // closed: then once it is drained). Transactions waiting in the queue are
@@ -133,7 +119,7 @@ func (d *drainer) run(ctx context.Context, pending []*outTxn) {
 	}
 	var published time.Time // when the last group was out
 	for {
-		var group []*outTxn
+		var first *outTxn
 		select {
 		case <-ctx.Done():
 			return
@@ -141,64 +127,53 @@ func (d *drainer) run(ctx context.Context, pending []*outTxn) {
 			if !ok {
 				return
 			}
-			group = append(group, t)
+			first = t
 		}
-		var linger time.Duration
-		if time.Since(published) < drainLinger {
-			linger = drainLinger // busy: let more transactions join
-		}
-		group = d.gather(ctx, group, linger)
+		group := d.gather(ctx, first, published)
 		if err := d.publish(ctx, group); err != nil {
 			d.err = err
 			return
 		}
-		published = time.Now()
+		published = d.clock.Now()
 	}
 }
 
-// gather adds to group what the loop enqueues within linger (what is queued
-// already, for 0), until the group holds a batch's worth of messages or
-// maxCoalesce transactions.
-func (d *drainer) gather(ctx context.Context, group []*outTxn, linger time.Duration) []*outTxn {
-	msgs := 0
-	for _, t := range group {
-		msgs += len(t.outputs)
-	}
-	var expired <-chan time.Time
-	if linger > 0 {
-		t := time.NewTimer(linger)
-		defer t.Stop()
-		expired = t.C
-	}
-	for len(group) < maxCoalesce && msgs < memoryMaxBatch {
+// gather returns first and what joins it, as coalescing decides; published
+// is when the last group was out.
+func (d *drainer) gather(ctx context.Context, first *outTxn, published time.Time) []*outTxn {
+	group := []*outTxn{first}
+	c := startCoalescing(d.clock, published, len(first.outputs))
+	defer c.stop()
+	for {
 		var t *outTxn
-		var ok bool
-		select {
-		case t, ok = <-d.queue: // what is queued already, lingering or not
-		default:
-			if expired == nil {
-				return group
-			}
+		ok := true
+		switch c.next() {
+		case coalescePublish:
+			return group
+		case coalesceTake:
 			select {
 			case t, ok = <-d.queue:
-			case <-expired:
-				return group
+			default:
+				c.emptyQueue()
+				continue
+			}
+		case coalesceLinger:
+			select {
+			case t, ok = <-d.queue:
+			case <-c.lingerC():
+				c.woke()
+				continue
 			case <-ctx.Done():
 				return group
 			}
 		}
 		if !ok {
-			return group
+			return group // the queue closed
 		}
 		group = append(group, t)
-		msgs += len(t.outputs)
+		c.took(len(t.outputs))
 	}
-	return group
 }
-
-// memoryMaxBatch is a batch's worth of messages for gather: the smallest
-// batch limit of the backends (publishChannel cuts by the WAL's own).
-const memoryMaxBatch = 999
 
 // unit is one transaction's messages for one partition, or a chunk of them
 // when they exceed a batch: the drainer's grain of "already there".

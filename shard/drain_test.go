@@ -86,7 +86,7 @@ func TestDrainersRace(t *testing.T) {
 		txns := committedOutputs(8, 7)
 		var wg sync.WaitGroup
 		for i, op := range ops {
-			d := newDrainer("s", "e1", op, 0)
+			d := newDrainer("s", "e1", op, 0, realClock{})
 			close(d.queue) // both drain the pending list, then stop
 			wg.Add(1)
 			go func() {
@@ -139,7 +139,7 @@ func TestDrainerResumesAfterPublished(t *testing.T) {
 	defer op.Close()
 	txns := committedOutputs(6, 3)
 	run := func(pending []*outTxn) {
-		d := newDrainer("s", "e1", op, 0)
+		d := newDrainer("s", "e1", op, 0, realClock{})
 		close(d.queue)
 		d.run(context.Background(), pending)
 		if d.err != nil {
@@ -180,22 +180,23 @@ func firstDiff(a, b []string) int {
 	return min(len(a), len(b))
 }
 
-// TestGatherLingersOnlyWhenAsked: after a quiet spell (linger 0) the
-// drainer takes what is queued and goes, without waiting; when busy it
-// waits out the linger for more.
+// TestGatherLingersOnlyWhenAsked: after a quiet spell the drainer takes
+// what is queued and goes, without waiting; when it published less than a
+// linger ago it waits out the linger for more (on the real clock: the
+// decisions themselves are in testdata/coalesce).
 func TestGatherLingersOnlyWhenAsked(t *testing.T) {
-	d := newDrainer("s", "e", nil, 0)
+	d := newDrainer("s", "e", nil, 0, realClock{})
 	first := &outTxn{txn: 1}
 	d.queue <- &outTxn{txn: 2}
 	start := time.Now()
-	if g := d.gather(context.Background(), []*outTxn{first}, 0); len(g) != 2 {
-		t.Fatalf("linger 0 gathered %d transactions, want the 2 queued", len(g))
+	if g := d.gather(context.Background(), first, time.Time{}); len(g) != 2 {
+		t.Fatalf("after a quiet spell gathered %d transactions, want the 2 queued", len(g))
 	}
 	if took := time.Since(start); took >= drainLinger {
-		t.Fatalf("linger 0 took %v, want no wait", took)
+		t.Fatalf("after a quiet spell took %v, want no wait", took)
 	}
 	start = time.Now()
-	if g := d.gather(context.Background(), []*outTxn{first}, drainLinger); len(g) != 1 {
+	if g := d.gather(context.Background(), first, start); len(g) != 1 {
 		t.Fatalf("lingering gathered %d transactions from an empty queue", len(g))
 	}
 	if took := time.Since(start); took < drainLinger {
@@ -254,7 +255,7 @@ func TestPublishRetriedByOneLayer(t *testing.T) {
 			defer op.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			d := newDrainer("s", "e1", op, 0)
+			d := newDrainer("s", "e1", op, 0, realClock{})
 			close(d.queue) // it publishes the pending transaction, then stops
 			pending := []*outTxn{{txn: 1, epoch: "e1", outputs: []output{
 				{channel: "out/0000", msg: message.MutableMessage{Key: "k", Payload: []byte("once")}},

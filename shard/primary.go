@@ -134,7 +134,7 @@ func (r *replica) runPrimary(ctx context.Context, sdb *shardDB, consumer Consume
 		return err
 	}
 	pub := &txnPublisher{sh: sh, topics: &topicCache{lookup: r.svc.cfg.Topics}, st: ob}
-	drain := newDrainer(spec.ID, ob.epoch, r.svc.cfg.Opener, ob.published)
+	drain := newDrainer(spec.ID, ob.epoch, r.svc.cfg.Opener, ob.published, r.svc.clock)
 	drainCtx, stopDrain := context.WithCancel(ctx)
 	go drain.run(drainCtx, pending) // owned here: stopped below
 	defer func() { stopDrain(); <-drain.done }()
@@ -144,8 +144,10 @@ func (r *replica) runPrimary(ctx context.Context, sdb *shardDB, consumer Consume
 	}
 
 	r.setState(ctx, allocator.StatePrimary, "")
+	clk := r.svc.clock
 	loop := &txnLoop{
 		r: r, sh: sh, consumer: consumer, rec: rec, pub: pub, drain: drain, recorded: ob.published,
+		clock: clk, core: txnCore{clock: clk},
 		in: in, stopped: stopped, lag: lt,
 		maxBytes: r.svc.cfg.TxnMaxBytes, maxMessages: r.svc.cfg.TxnMaxMessages,
 	}
