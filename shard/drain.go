@@ -10,13 +10,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/linxGnu/grocksdb"
 
-	"github.com/consumerd/consumerd/internal/retry"
 	"github.com/consumerd/consumerd/wal"
 	"github.com/consumerd/consumerd/wal/message"
-	"github.com/consumerd/consumerd/wal/walimpls"
 )
 
 // outTxn is one committed transaction's outputs, in staging order.
@@ -37,14 +34,25 @@ const drainQueue = 16
 // chain's last marker, so it lands at most once; when the chain moved
 // (ErrStaleChain) the drainer reads the last marker: at or past this chunk
 // means another writer — a zombie of this shard, or an earlier attempt
-// whose reply was lost — already stored it, and it is skipped. Failures of
-// the WAL are retried with the one retry policy until the primary stops;
-// what is left is published by the next primary, from the outbox rows.
+// whose reply was lost — already stored it, and it is skipped.
+//
+// Retries have one owner: the WAL adaptor, which retries a failed append
+// or marker read with the one retry policy (internal/retry). The drainer
+// retries nothing itself; of a publish's errors it handles only its own
+// business: ErrStaleChain (read the last marker, skip what it covers, send
+// the rest) and the end of its context (nil: the next primary finishes).
+// Any other error stops it with that error, which stops the primary
+// (txnLoop), and the replica's rule for failures (transient.go) decides
+// what follows: the adaptor's retries ran out (retry.ErrExhausted — a
+// NATS outage longer than they wait) is transient, and the replica
+// restarts with backoff for as long as the outage lasts, its new primary
+// publishing what is left from the outbox rows; anything else (a message
+// the server rejects, a marker that does not parse) fails the replica.
 type drainer struct {
 	shard  string
 	chain  string
 	opener wal.Opener
-	logger hclog.Logger
+	clock  clock
 
 	queue     chan *outTxn
 	published atomic.Uint64 // every txn up to this one is out
@@ -64,8 +72,8 @@ type outChan struct {
 	chunk  int
 }
 
-func newDrainer(shard, epoch string, opener wal.Opener, published uint64, logger hclog.Logger) *drainer {
-	d := &drainer{shard: shard, opener: opener, logger: logger,
+func newDrainer(shard, epoch string, opener wal.Opener, published uint64, clk clock) *drainer {
+	d := &drainer{shard: shard, opener: opener, clock: clk,
 		queue: make(chan *outTxn, drainQueue), done: make(chan struct{}), chans: map[string]*outChan{}}
 	d.published.Store(published)
 	if epoch != "" {
@@ -89,21 +97,6 @@ func (d *drainer) enqueue(ctx context.Context, t *outTxn) error {
 	}
 }
 
-// maxCoalesce bounds the committed transactions published together, and
-// drainLinger how long the drainer waits for more after the first when it
-// published less than drainLinger ago: batches cost the server more per
-// batch than per message (a single-replica stream stages each atomic batch
-// in a file store of its own), so a busy shard's small transactions go out
-// together, up to drainLinger later; a transaction after a quiet spell goes
-// out at once. In the latency bench, 20 ms instead of 5 ms took the process
-// from 1.8 to 1.6 cores at the same load (and the state's commit latency
-// p99 down with it); outputs of exactly-once systems become visible at
-// commits (Kafka Streams: every 100 ms), so this stays well inside that.
-const (
-	maxCoalesce = 64
-	drainLinger = 20 * time.Millisecond
-)
-
 // run publishes pending (the outbox rows left by earlier primaries, in
 // txn order), then what the loop enqueues, until ctx ends (or the queue is
 // closed: then once it is drained). Transactions waiting in the queue are
@@ -126,7 +119,7 @@ func (d *drainer) run(ctx context.Context, pending []*outTxn) {
 	}
 	var published time.Time // when the last group was out
 	for {
-		var group []*outTxn
+		var first *outTxn
 		select {
 		case <-ctx.Done():
 			return
@@ -134,64 +127,53 @@ func (d *drainer) run(ctx context.Context, pending []*outTxn) {
 			if !ok {
 				return
 			}
-			group = append(group, t)
+			first = t
 		}
-		var linger time.Duration
-		if time.Since(published) < drainLinger {
-			linger = drainLinger // busy: let more transactions join
-		}
-		group = d.gather(ctx, group, linger)
+		group := d.gather(ctx, first, published)
 		if err := d.publish(ctx, group); err != nil {
 			d.err = err
 			return
 		}
-		published = time.Now()
+		published = d.clock.Now()
 	}
 }
 
-// gather adds to group what the loop enqueues within linger (what is queued
-// already, for 0), until the group holds a batch's worth of messages or
-// maxCoalesce transactions.
-func (d *drainer) gather(ctx context.Context, group []*outTxn, linger time.Duration) []*outTxn {
-	msgs := 0
-	for _, t := range group {
-		msgs += len(t.outputs)
-	}
-	var expired <-chan time.Time
-	if linger > 0 {
-		t := time.NewTimer(linger)
-		defer t.Stop()
-		expired = t.C
-	}
-	for len(group) < maxCoalesce && msgs < memoryMaxBatch {
+// gather returns first and what joins it, as coalescing decides; published
+// is when the last group was out.
+func (d *drainer) gather(ctx context.Context, first *outTxn, published time.Time) []*outTxn {
+	group := []*outTxn{first}
+	c := startCoalescing(d.clock, published, len(first.outputs))
+	defer c.stop()
+	for {
 		var t *outTxn
-		var ok bool
-		select {
-		case t, ok = <-d.queue: // what is queued already, lingering or not
-		default:
-			if expired == nil {
-				return group
-			}
+		ok := true
+		switch c.next() {
+		case coalescePublish:
+			return group
+		case coalesceTake:
 			select {
 			case t, ok = <-d.queue:
-			case <-expired:
-				return group
+			default:
+				c.emptyQueue()
+				continue
+			}
+		case coalesceLinger:
+			select {
+			case t, ok = <-d.queue:
+			case <-c.lingerC():
+				c.woke()
+				continue
 			case <-ctx.Done():
 				return group
 			}
 		}
 		if !ok {
-			return group
+			return group // the queue closed
 		}
 		group = append(group, t)
-		msgs += len(t.outputs)
+		c.took(len(t.outputs))
 	}
-	return group
 }
-
-// memoryMaxBatch is a batch's worth of messages for gather: the smallest
-// batch limit of the backends (publishChannel cuts by the WAL's own).
-const memoryMaxBatch = 999
 
 // unit is one transaction's messages for one partition, or a chunk of them
 // when they exceed a batch: the drainer's grain of "already there".
@@ -304,13 +286,7 @@ func (d *drainer) publishChannel(ctx context.Context, c *outChan, txns []*outTxn
 			n++
 		}
 		batch := units[:n]
-		err := retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second}.Do(ctx, retry.Call{
-			Retryable: func(err error) bool { return !errors.Is(err, errPermanentOutput) },
-			OnRetry: func(attempt int, wait time.Duration, err error) {
-				d.logger.Warn("publishing outputs failed; retrying", "channel", ch, "txn", batch[0].txn, "attempt", attempt, "backoff", wait, "error", err)
-			},
-		}, func() error { return d.appendUnits(ctx, c, batch) })
-		if err != nil {
+		if err := d.appendUnits(ctx, c, batch); err != nil {
 			return fmt.Errorf("publish txn %d..%d's outputs to %s: %w", batch[0].txn, batch[len(batch)-1].txn, ch, err)
 		}
 		units = units[n:]
@@ -318,20 +294,16 @@ func (d *drainer) publishChannel(ctx context.Context, c *outChan, txns []*outTxn
 	return nil
 }
 
-// errPermanentOutput marks a failure no retry mends (e.g. a message larger
-// than the server accepts).
-var errPermanentOutput = errors.New("permanent")
-
-// staleRetries bounds the immediate re-sends after the chain moved (each
-// one after reading the new last marker); beyond, the retry policy waits.
-const staleRetries = 8
-
 // appendUnits appends the units the chain's last marker does not cover as
 // one batch, closed by the last unit's marker, or finds them all stored.
-// When the chain moved (another writer, or a lost reply) it reads the last
-// marker, drops what it covers, and re-sends the rest.
+// When the chain moved (another writer, or an attempt of the adaptor's
+// whose reply was lost) it reads the last marker, drops what it covers, and
+// sends the rest: the chain moving is another writer's progress, not a
+// failure, so there is no bound but that progress — a stale reply whose
+// chain did not move is an error. Every other error is the adaptor's final
+// word (see drainer).
 func (d *drainer) appendUnits(ctx context.Context, c *outChan, units []unit) error {
-	for try := 0; ; try++ {
+	for {
 		for len(units) > 0 && units[0].covered(c.txn, c.chunk) {
 			units = units[1:]
 		}
@@ -343,22 +315,20 @@ func (d *drainer) appendUnits(ctx context.Context, c *outChan, units []unit) err
 			msgs = append(msgs, u.msgs...)
 		}
 		last := units[len(units)-1]
-		res, err := c.w.AppendBatch(ctx, wal.Batch{Messages: msgs, Chain: d.chain, Marker: last.marker(), After: c.after})
+		after := c.after
+		res, err := c.w.AppendBatch(ctx, wal.Batch{Messages: msgs, Chain: d.chain, Marker: last.marker(), After: after})
 		if err == nil {
 			c.after, c.txn, c.chunk = res.MarkerID, last.txn, last.chunk
 			return nil
 		}
 		if !errors.Is(err, wal.ErrStaleChain) {
-			if !walimpls.IsRetryable(err) {
-				return fmt.Errorf("%w: %w", errPermanentOutput, err)
-			}
 			return err
 		}
 		if err := d.loadMarker(ctx, c); err != nil {
 			return err
 		}
-		if try >= staleRetries {
-			return fmt.Errorf("chain %s keeps moving (now at txn %d chunk %d); retrying after it", d.chain, c.txn, c.chunk)
+		if c.after == after {
+			return fmt.Errorf("chain %s on %s: the WAL refused a batch after marker %d as stale, but that is still the last marker: %w", d.chain, c.w.Channel(), after, err)
 		}
 	}
 }
@@ -398,7 +368,7 @@ func (d *drainer) loadMarker(ctx context.Context, c *outChan) error {
 	}
 	txn, chunk, err := parseMarker(m.Payload)
 	if err != nil {
-		return fmt.Errorf("%w: chain %s on %s: %w", errPermanentOutput, d.chain, c.w.Channel(), err)
+		return fmt.Errorf("chain %s on %s: %w", d.chain, c.w.Channel(), err)
 	}
 	c.txn, c.chunk = txn, chunk
 	return nil

@@ -2,13 +2,14 @@ package shard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-
+	"github.com/consumerd/consumerd/internal/retry"
 	"github.com/consumerd/consumerd/wal"
 	"github.com/consumerd/consumerd/wal/message"
 	"github.com/consumerd/consumerd/wal/walimpls/memory"
@@ -85,7 +86,7 @@ func TestDrainersRace(t *testing.T) {
 		txns := committedOutputs(8, 7)
 		var wg sync.WaitGroup
 		for i, op := range ops {
-			d := newDrainer("s", "e1", op, 0, hclog.NewNullLogger())
+			d := newDrainer("s", "e1", op, 0, realClock{})
 			close(d.queue) // both drain the pending list, then stop
 			wg.Add(1)
 			go func() {
@@ -138,7 +139,7 @@ func TestDrainerResumesAfterPublished(t *testing.T) {
 	defer op.Close()
 	txns := committedOutputs(6, 3)
 	run := func(pending []*outTxn) {
-		d := newDrainer("s", "e1", op, 0, hclog.NewNullLogger())
+		d := newDrainer("s", "e1", op, 0, realClock{})
 		close(d.queue)
 		d.run(context.Background(), pending)
 		if d.err != nil {
@@ -179,25 +180,112 @@ func firstDiff(a, b []string) int {
 	return min(len(a), len(b))
 }
 
-// TestGatherLingersOnlyWhenAsked: after a quiet spell (linger 0) the
-// drainer takes what is queued and goes, without waiting; when busy it
-// waits out the linger for more.
+// TestGatherLingersOnlyWhenAsked: after a quiet spell the drainer takes
+// what is queued and goes, without waiting; when it published less than a
+// linger ago it waits out the linger for more (on the real clock: the
+// decisions themselves are in testdata/coalesce).
 func TestGatherLingersOnlyWhenAsked(t *testing.T) {
-	d := newDrainer("s", "e", nil, 0, hclog.NewNullLogger())
+	d := newDrainer("s", "e", nil, 0, realClock{})
 	first := &outTxn{txn: 1}
 	d.queue <- &outTxn{txn: 2}
 	start := time.Now()
-	if g := d.gather(context.Background(), []*outTxn{first}, 0); len(g) != 2 {
-		t.Fatalf("linger 0 gathered %d transactions, want the 2 queued", len(g))
+	if g := d.gather(context.Background(), first, time.Time{}); len(g) != 2 {
+		t.Fatalf("after a quiet spell gathered %d transactions, want the 2 queued", len(g))
 	}
 	if took := time.Since(start); took >= drainLinger {
-		t.Fatalf("linger 0 took %v, want no wait", took)
+		t.Fatalf("after a quiet spell took %v, want no wait", took)
 	}
 	start = time.Now()
-	if g := d.gather(context.Background(), []*outTxn{first}, drainLinger); len(g) != 1 {
+	if g := d.gather(context.Background(), first, start); len(g) != 1 {
 		t.Fatalf("lingering gathered %d transactions from an empty queue", len(g))
 	}
 	if took := time.Since(start); took < drainLinger {
 		t.Fatalf("lingering returned after %v, want at least %v", took, drainLinger)
+	}
+}
+
+// TestPublishRetriedByOneLayer: a failed output append is retried by one
+// layer, the WAL adaptor's retry policy (here 3 attempts), never by the
+// drainer around it. An outage that outlasts the adaptor's attempts reaches
+// the backend exactly that often and stops the drainer with an error the
+// replica's rule counts as transient (it restarts); a shorter one, or a
+// lost acknowledgement (the retry finds the chain moved: the drainer reads
+// the marker), publishes each output once.
+func TestPublishRetriedByOneLayer(t *testing.T) {
+	const adaptorAttempts = 3
+	for _, tc := range []struct {
+		name     string
+		fail     int32 // the first attempts that fail before storing
+		loseAck  bool  // the first stored batch's acknowledgement is lost
+		attempts int32 // the attempts the backend sees
+		err      bool  // the drainer stops with the adaptor's exhaustion
+	}{
+		{name: "outage longer than the retries", fail: 1 << 30, attempts: adaptorAttempts, err: true},
+		{name: "outage shorter than the retries", fail: adaptorAttempts - 1, attempts: adaptorAttempts},
+		{name: "lost acknowledgement", loseAck: true, attempts: 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mem := memory.NewBuilder()
+			var attempts atomic.Int32
+			var ackLost atomic.Bool
+			extra := make(chan struct{}) // closed at an attempt beyond the expected
+			mem.SetAppendHook(func(ch string, msg *message.MutableMessage, st memory.Stage) error {
+				if ch != "out/0000" {
+					return nil
+				}
+				if st == memory.AfterStore {
+					if tc.loseAck && ackLost.CompareAndSwap(false, true) {
+						return errors.New("injected: nats: timeout")
+					}
+					return nil
+				}
+				n := attempts.Add(1)
+				if n == tc.attempts+1 {
+					close(extra)
+				}
+				if n <= tc.fail {
+					return errors.New("injected: nats: connection closed")
+				}
+				return nil
+			})
+			op, err := wal.NewOpenerBuilder(mem, wal.WithRetry(time.Millisecond, time.Millisecond, adaptorAttempts)).Build()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer op.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			d := newDrainer("s", "e1", op, 0, realClock{})
+			close(d.queue) // it publishes the pending transaction, then stops
+			pending := []*outTxn{{txn: 1, epoch: "e1", outputs: []output{
+				{channel: "out/0000", msg: message.MutableMessage{Key: "k", Payload: []byte("once")}},
+			}}}
+			go d.run(ctx, pending)
+			select {
+			case <-d.done:
+			case <-extra:
+				cancel()
+				<-d.done
+				t.Fatalf("the backend saw a publish attempt beyond the adaptor's %d: a second layer retried", tc.attempts)
+			}
+			if n := attempts.Load(); n != tc.attempts {
+				t.Fatalf("%d attempts reached the backend, want %d", n, tc.attempts)
+			}
+			if !tc.err {
+				if d.err != nil {
+					t.Fatal(d.err)
+				}
+				if got := readChannel(t, op, "out/0000"); fmt.Sprint(got) != "[once]" {
+					t.Fatalf("out/0000 holds %q, want the output once", got)
+				}
+				return
+			}
+			if !errors.Is(d.err, retry.ErrExhausted) {
+				t.Fatalf("the drainer stopped with %v, want the adaptor's retry.ErrExhausted", d.err)
+			}
+			if !isTransient(fmt.Errorf("publishing outputs: %w", d.err)) {
+				t.Fatalf("%v is not transient: the replica would fail instead of restarting", d.err)
+			}
+		})
 	}
 }

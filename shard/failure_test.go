@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -135,6 +136,64 @@ func TestTransientWALFailureRestarts(t *testing.T) {
 	if d := shardtest.DiffCounts(e.Counts(n, spec), wordcount.Count(lines)); d != "" {
 		t.Fatalf("after the restart: %s", d)
 	}
+}
+
+// TestTransientOutputFailureRestarts: the output partition refuses appends
+// for longer than the WAL adaptor's retries wait (a NATS outage). The
+// drainer does not retry around the adaptor: the primary stops with the
+// adaptor's exhaustion and restarts by itself (never FAILED), its
+// successor publishes what was left from the outbox, and every count goes
+// out exactly once (each published count of a token is higher than the
+// one before: a transaction published twice would repeat one).
+func TestTransientOutputFailureRestarts(t *testing.T) {
+	mem := memory.NewBuilder()
+	spec := shardtest.WordcountSpec("wc-0", 0, 0)
+	output := topic.ChannelName(wordcount.OutputTopic, 0)
+	var down atomic.Bool
+	mem.SetAppendHook(func(ch string, msg *message.MutableMessage, st memory.Stage) error {
+		if ch == output && st == memory.BeforeStore && down.Load() {
+			return errors.New("injected: nats: connection closed")
+		}
+		return nil
+	})
+	e := shardtest.NewCluster(t, mem, wordcount.App())
+	e.PutSpec(spec)
+	lines := shardtest.Corpus(4, 60)
+	e.Publish(0, lines[:20]...)
+	n := e.StartPrimary("n", t.TempDir(), spec)
+	if d := shardtest.DiffCounts(e.Counts(n, spec), wordcount.Count(lines[:20])); d != "" {
+		t.Fatal(d)
+	}
+
+	down.Store(true)
+	e.Publish(0, lines[20:40]...)
+	shardtest.Eventually(t, "the replica to report a restart", func() (bool, string) {
+		st, _ := e.Status(n, spec.ID, 0)
+		if st.State == allocator.StateFailed {
+			t.Fatalf("the replica went FAILED on an output outage: %s", st.Error)
+		}
+		restarting := st.State == allocator.StateBackfill && strings.Contains(st.Error, "restarting in") &&
+			strings.Contains(st.Error, "publishing outputs") && strings.Contains(st.Error, "injected: nats: connection closed")
+		return restarting, fmt.Sprintf("status %+v", st)
+	})
+	down.Store(false)
+	e.Publish(0, lines[40:]...)
+	want := wordcount.Count(lines)
+	shardtest.Eventually(t, "every count published exactly once", func() (bool, string) {
+		last := map[string]int64{}
+		for _, m := range e.ReadTopic(topic.Description{Name: wordcount.OutputTopic, Partitions: 1})[0] {
+			c, err := strconv.ParseInt(string(m.Payload), 10, 64)
+			if err != nil {
+				t.Fatalf("payload %q: %v", m.Payload, err)
+			}
+			if c <= last[m.Key] {
+				t.Fatalf("count %d of %q published after %d: a transaction's outputs went out twice", c, m.Key, last[m.Key])
+			}
+			last[m.Key] = c
+		}
+		d := shardtest.DiffCounts(last, want)
+		return d == "", d
+	})
 }
 
 // TestTransientScannerFailureRestarts: a source's scanner fails mid-read

@@ -109,6 +109,7 @@ type ReplicaInfo struct {
 type Service struct {
 	cfg    Config
 	logger hclog.Logger
+	clock  clock // what primaries' transaction loops and drainers time with
 
 	mu       sync.Mutex
 	replicas map[string]*replica
@@ -130,7 +131,7 @@ func NewService(cfg Config) *Service {
 	if cfg.LagInterval <= 0 {
 		cfg.LagInterval = DefaultLagInterval
 	}
-	return &Service{cfg: cfg, logger: cfg.Logger.Named("shard"), replicas: make(map[string]*replica), stopping: make(map[string]*replica)}
+	return &Service{cfg: cfg, logger: cfg.Logger.Named("shard"), clock: realClock{}, replicas: make(map[string]*replica), stopping: make(map[string]*replica)}
 }
 
 // Run follows the member's assignments until ctx is done (returns nil) or

@@ -2,6 +2,7 @@ package shard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -16,25 +17,6 @@ import (
 // outputs already published (and deletes their outbox rows).
 const recordPublishedEvery = time.Second
 
-// txnPolicy decides when an open transaction stops consuming and when it may
-// close. It is pure: the loop feeds it elapsed time and sizes.
-type txnPolicy struct {
-	min, max    time.Duration
-	maxBytes    int
-	maxMessages int
-}
-
-// full reports that the transaction must consume no more: max duration
-// reached, or a size cap hit. It closes as soon as the previous commit is
-// done.
-func (p txnPolicy) full(elapsed time.Duration, bytes, messages int) bool {
-	return elapsed >= p.max || bytes >= p.maxBytes || messages >= p.maxMessages
-}
-
-// closeOnStall reports that a transaction whose input stalled may close
-// (once the previous commit is done): min duration reached.
-func (p txnPolicy) closeOnStall(elapsed time.Duration) bool { return elapsed >= p.min }
-
 // pendingTxn is a transaction whose commit is in flight.
 type pendingTxn struct {
 	commit   *recoverylog.Commit
@@ -45,8 +27,9 @@ type pendingTxn struct {
 	messages int
 }
 
-// txnLoop is a primary's transaction loop. Two transactions are in play at
-// most: one consuming (open) and one committing (prev).
+// txnLoop is a primary's transaction loop: it does what its txnCore
+// decides, waiting on the channels each decision names. Two transactions
+// are in play at most: one consuming (open) and one committing (prev).
 type txnLoop struct {
 	r           *replica
 	sh          *primaryShard
@@ -54,6 +37,7 @@ type txnLoop struct {
 	rec         *recoverylog.Recorder
 	pub         *txnPublisher
 	drain       *drainer
+	clock       clock     // the core's
 	recorded    uint64    // the outbox-published the last commit recorded
 	recordedAt  time.Time // when
 	in          <-chan inbound
@@ -62,16 +46,13 @@ type txnLoop struct {
 	maxBytes    int
 	maxMessages int
 
+	core txnCore
 	prev *pendingTxn
 
 	// metric children, resolved once
 	mMessages, mBytes, mTxns prometheus.Counter
 
-	// open transaction
-	opened   time.Time
-	offsets  map[string]message.MessageID
-	bytes    int
-	messages int
+	offsets map[string]message.MessageID // the open transaction's source offsets
 }
 
 func (l *txnLoop) prevDone() <-chan struct{} {
@@ -85,6 +66,7 @@ func (l *txnLoop) prevDone() <-chan struct{} {
 func (l *txnLoop) finishPrev() error {
 	p := l.prev
 	l.prev = nil
+	l.core.prevDone()
 	// Apply writes the batch to the DB here, on the loop's goroutine, before
 	// its overlay goes: Get never misses the transaction's writes.
 	err := l.rec.Apply(p.commit)
@@ -97,9 +79,10 @@ func (l *txnLoop) finishPrev() error {
 			return err
 		}
 	}
+	now := l.clock.Now()
 	l.mTxns.Inc()
-	metricTxnDuration.Observe(time.Since(p.opened).Seconds())
-	l.r.committed(int64(l.rec.Position().LogID), time.Now())
+	metricTxnDuration.Observe(now.Sub(p.opened).Seconds())
+	l.r.committed(int64(l.rec.Position().LogID), now)
 	l.lag.commit(p.offsets)
 	return nil
 }
@@ -111,126 +94,111 @@ func (l *txnLoop) consume(m inbound) error {
 	}
 	n := m.msg.Size()
 	l.offsets[m.src.channel] = m.msg.ID
-	l.bytes += n
-	l.messages++
+	l.core.consumed(n)
 	l.mMessages.Inc()
 	l.mBytes.Add(float64(n))
 	return nil
 }
+
+// errDrainerStopped: the drainer stopped without an error while the loop's
+// context is live (its context is the loop's: not expected).
+var errDrainerStopped = errors.New("the output drainer stopped")
 
 // run consumes and commits until ctx is done or an error.
 func (l *txnLoop) run(ctx context.Context) error {
 	l.mMessages = metricMessages.WithLabelValues(l.r.id)
 	l.mBytes = metricBytes.WithLabelValues(l.r.id)
 	l.mTxns = metricTransactions.WithLabelValues(l.r.id)
+	defer l.core.stopTimers()
 	for {
-		// Idle: no open transaction.
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case src := <-l.stopped:
-			return src.stopErr()
-		case <-l.drain.done:
-			if l.drain.err != nil {
-				return fmt.Errorf("publishing outputs: %w", l.drain.err)
+		var err error
+		switch l.core.next() {
+		case txnIdle:
+			err = l.idle(ctx)
+		case txnConsume:
+			select {
+			case m := <-l.in:
+				err = l.consume(m)
+			default:
+				l.core.stall()
 			}
-			return ctx.Err()
-		case <-l.prevDone():
-			if err := l.finishPrev(); err != nil {
-				return err
-			}
-			continue
-		case m := <-l.in:
-			l.opened = time.Now()
-			l.offsets = make(map[string]message.MessageID, 1)
-			l.bytes, l.messages = 0, 0
-			if err := l.consume(m); err != nil {
-				return err
-			}
+		case txnWait:
+			err = l.wait(ctx)
+		case txnWaitPrev:
+			err = l.waitPrev(ctx)
+		case txnCommit:
+			err = l.commit(ctx)
 		}
-		if err := l.fill(ctx); err != nil {
-			return err
-		}
-		if err := l.commit(ctx); err != nil {
+		if err != nil {
 			return err
 		}
 	}
 }
 
-// fill consumes into the open transaction until it may close: it is full
-// (max duration or size cap) or its input stalled after min duration, and
-// the previous commit is done.
-func (l *txnLoop) fill(ctx context.Context) error {
-	spec := l.r.currentSpec()
-	pol := txnPolicy{
-		min: spec.EffectiveMinTxnDuration(), max: spec.EffectiveMaxTxnDuration(),
-		maxBytes: l.maxBytes, maxMessages: l.maxMessages,
+// idle waits, with no transaction open, for a message (it opens one), the
+// commit in flight, or the end.
+func (l *txnLoop) idle(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case src := <-l.stopped:
+		return src.stopErr()
+	case <-l.drain.done:
+		if l.drain.err != nil {
+			return fmt.Errorf("publishing outputs: %w", l.drain.err)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		return errDrainerStopped
+	case <-l.prevDone():
+		return l.finishPrev()
+	case m := <-l.in:
+		spec := l.r.currentSpec()
+		l.core.begin(txnPolicy{
+			min: spec.EffectiveMinTxnDuration(), max: spec.EffectiveMaxTxnDuration(),
+			maxBytes: l.maxBytes, maxMessages: l.maxMessages,
+		})
+		l.offsets = make(map[string]message.MessageID, 1)
+		return l.consume(m)
 	}
-	maxT := time.NewTimer(pol.max)
-	defer maxT.Stop()
-	var minC <-chan time.Time
-	if pol.min > 0 {
-		minT := time.NewTimer(pol.min)
-		defer minT.Stop()
-		minC = minT.C
+}
+
+// wait waits, the input stalled, for a message, a timer of the open
+// transaction, the commit in flight, or the end.
+func (l *txnLoop) wait(ctx context.Context) error {
+	select {
+	case m := <-l.in:
+		return l.consume(m)
+	case <-l.core.minC():
+		l.core.woke()
+	case <-l.core.maxC():
+		l.core.woke()
+	case <-l.prevDone():
+		return l.finishPrev()
+	case <-ctx.Done():
+		return ctx.Err()
+	case src := <-l.stopped:
+		return src.stopErr()
 	}
-	maxReached, minReached := false, pol.min <= 0
-	for {
-		full := maxReached || pol.full(time.Since(l.opened), l.bytes, l.messages)
-		if full {
-			if l.prev == nil {
-				return nil
-			}
-			select {
-			case <-l.prevDone():
-				if err := l.finishPrev(); err != nil {
-					return err
-				}
-			case <-ctx.Done():
-				return ctx.Err()
-			case src := <-l.stopped:
-				return src.stopErr()
-			}
-			continue
-		}
-		select {
-		case m := <-l.in:
-			if err := l.consume(m); err != nil {
-				return err
-			}
-			continue
-		default:
-		}
-		// Input stalled.
-		if !minReached {
-			minReached = pol.closeOnStall(time.Since(l.opened))
-		}
-		if minReached && l.prev == nil {
-			return nil
-		}
-		select {
-		case m := <-l.in:
-			if err := l.consume(m); err != nil {
-				return err
-			}
-		case <-minC:
-			minReached = true
-		case <-maxT.C:
-			maxReached = true
-		case <-l.prevDone():
-			if err := l.finishPrev(); err != nil {
-				return err
-			}
-		case <-ctx.Done():
-			return ctx.Err()
-		case src := <-l.stopped:
-			return src.stopErr()
-		}
+	return nil
+}
+
+// waitPrev waits, the open transaction full, for the commit in flight (or
+// the end).
+func (l *txnLoop) waitPrev(ctx context.Context) error {
+	select {
+	case <-l.prevDone():
+		return l.finishPrev()
+	case <-ctx.Done():
+		return ctx.Err()
+	case src := <-l.stopped:
+		return src.stopErr()
 	}
 }
 
 // commit flushes the open transaction, adds the source offsets to its batch
-// and starts its commit. The previous commit is done (fill saw to it).
+// and starts its commit. The previous commit is done (txnCore saw to it).
 func (l *txnLoop) commit(ctx context.Context) error {
 	if err := safeCall("Flush", func() error { return l.consumer.Flush(l.sh, l.pub) }); err != nil {
 		return err
@@ -242,9 +210,11 @@ func (l *txnLoop) commit(ctx context.Context) error {
 	out := l.pub.seal(batch)
 	// Record what is out, and delete its rows, about once a second: each
 	// record is a range deletion, and many of them slow RocksDB's reads.
-	if p := l.drain.published.Load(); p > l.recorded && time.Since(l.recordedAt) >= recordPublishedEvery {
-		recordPublished(batch, p)
-		l.recorded, l.recordedAt = p, time.Now()
+	if p := l.drain.published.Load(); p > l.recorded {
+		if now := l.clock.Now(); now.Sub(l.recordedAt) >= recordPublishedEvery {
+			recordPublished(batch, p)
+			l.recorded, l.recordedAt = p, now
+		}
 	}
 	ov := l.sh.open
 	if err := ov.update(batch.Data()); err != nil {
@@ -252,7 +222,8 @@ func (l *txnLoop) commit(ctx context.Context) error {
 	}
 	// The recorder copies the batch: it is reused for the next transaction.
 	c := l.rec.Commit(ctx, batch)
-	l.prev = &pendingTxn{commit: c, out: out, ov: ov, offsets: l.offsets, opened: l.opened, messages: l.messages}
+	l.prev = &pendingTxn{commit: c, out: out, ov: ov, offsets: l.offsets, opened: l.core.opened, messages: l.core.messages}
+	l.core.closed()
 	l.sh.inflight = append(l.sh.inflight, ov)
 	batch.Clear()
 	l.sh.open = newOverlay()
