@@ -79,7 +79,7 @@ func (c *Client) WALURL() string { return c.cf.WALURL }
 // Topic reads topic name's description; an unknown topic is an error
 // naming the topics there are and how to create one.
 func (c *Client) Topic(ctx context.Context, name string) (topic.Description, error) {
-	return cluster.GetTopic(ctx, c.etcd, c.cf.EtcdPrefix, name)
+	return c.topics().Get(ctx, name)
 }
 
 // CreateTopic creates topic d as `topics create` does. An existing topic
@@ -89,7 +89,7 @@ func (c *Client) Topic(ctx context.Context, name string) (topic.Description, err
 // "error only" shape, so that a setup command can say what it did and a
 // re-run can show that it changed nothing.
 func (c *Client) CreateTopic(ctx context.Context, d topic.Description) (created bool, err error) {
-	return cluster.CreateTopic(ctx, c.etcd, c.cf.EtcdPrefix, d)
+	return c.topics().Create(ctx, d)
 }
 
 // ApplySpecs creates or replaces shard specs as `shards apply` does (every
@@ -244,4 +244,9 @@ func addCustomCommands(root *cobra.Command, prog cmdline.Program, custom []Comma
 		taken[name] = true
 		root.AddCommand(newCustomCommand(prog, c))
 	}
+}
+
+// topics is the cluster's topic registry.
+func (c *Client) topics() *topic.Registry {
+	return &topic.Registry{Client: c.etcd, Prefix: c.cf.EtcdPrefix}
 }

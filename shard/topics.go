@@ -9,11 +9,6 @@ import (
 	"github.com/consumerd/consumerd/topic"
 )
 
-// ErrTopicNotFound is topic.ErrUnknownTopic, which a topic lookup of a topic
-// with no record wraps. It stays until the daemon tests for
-// topic.ErrUnknownTopic itself.
-var ErrTopicNotFound = topic.ErrUnknownTopic
-
 // EtcdTopics is the topic lookup of Config.Topics: topic.Registry's Get of
 // the records under root, with etcd's failures marked transient (etcd's
 // unavailability is not the shard's fault, so the replica restarts by

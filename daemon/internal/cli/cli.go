@@ -9,6 +9,7 @@ import (
 	"github.com/consumerd/consumerd/daemon/internal/cluster"
 	"github.com/consumerd/consumerd/daemon/internal/cmdline"
 	"github.com/consumerd/consumerd/daemon/internal/connect"
+	"github.com/consumerd/consumerd/topic"
 	"github.com/spf13/cobra"
 )
 
@@ -33,4 +34,9 @@ func Commands(prog cmdline.Program) []*cobra.Command {
 		newShardsCommand(prog), newTopicsCommand(prog), newMembersCommand(prog),
 		newPublishCommand(prog), newReadCommand(prog), newQueryCommand(prog),
 	}
+}
+
+// topicsAt is the topic registry of the cluster under prefix.
+func topicsAt(cli *clientv3.Client, prefix string) *topic.Registry {
+	return &topic.Registry{Client: cli, Prefix: prefix}
 }

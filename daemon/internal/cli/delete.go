@@ -86,7 +86,7 @@ Writes are guarded transactions of at most 128 deletes; --yes confirms.`,
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "deleted %d shard(s)\n", deleted)
 			if after, err := cluster.Load(ctx, cli, cf.EtcdPrefix); err == nil {
-				if ts, err := cluster.LoadTopics(ctx, cli, cf.EtcdPrefix); err == nil {
+				if ts, err := topicsAt(cli, cf.EtcdPrefix).List(ctx); err == nil {
 					cluster.WarnUnread(cmd.ErrOrStderr(), ts, shard.Specs(after))
 				}
 			}

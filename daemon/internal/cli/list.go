@@ -142,7 +142,7 @@ STATUS is the primary's state, or what the shard lacks:
 			}
 			// Partitions no shard reads (a deleted shard, a hand-written
 			// spec): said on stderr, so the output keeps its shape.
-			if ts, err := cluster.LoadTopics(ctx, cli, cf.EtcdPrefix); err != nil {
+			if ts, err := topicsAt(cli, cf.EtcdPrefix).List(ctx); err != nil {
 				fmt.Fprintf(cmd.ErrOrStderr(), "WARNING: %v\n", err)
 			} else {
 				cluster.WarnUnread(cmd.ErrOrStderr(), ts, shard.Specs(snap))

@@ -16,7 +16,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
 
-	"github.com/consumerd/consumerd/daemon/internal/cluster"
 	"github.com/consumerd/consumerd/daemon/internal/cmdline"
 	"github.com/consumerd/consumerd/daemon/internal/connect"
 	"github.com/consumerd/consumerd/internal/ident"
@@ -172,7 +171,7 @@ func (p *publishRun) run(ctx context.Context, cmd *cobra.Command) error {
 		return p.timedOut(ctx, err)
 	}
 	defer cli.Close()
-	desc, err := cluster.GetTopic(ctx, cli, p.cf.EtcdPrefix, p.topic)
+	desc, err := topicsAt(cli, p.cf.EtcdPrefix).Get(ctx, p.topic)
 	if err != nil {
 		return p.timedOut(ctx, fmt.Errorf("--topic: %w", err))
 	}

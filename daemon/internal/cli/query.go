@@ -120,7 +120,7 @@ from the shards that are valid.`,
 func askRetrying(ctx context.Context, cli *clientv3.Client, hc *http.Client, cf *connect.ClientFlags, req query.Request) (query.Answer, error) {
 	deadline := time.Now().Add(cf.DialTimeout)
 	topics := func(ctx context.Context, name string) (topic.Description, error) {
-		return cluster.GetTopic(ctx, cli, cf.EtcdPrefix, name)
+		return topicsAt(cli, cf.EtcdPrefix).Get(ctx, name)
 	}
 	wait := retry.Policy{Initial: 100 * time.Millisecond, Max: 500 * time.Millisecond}.Start()
 	for {

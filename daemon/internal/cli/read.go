@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/consumerd/consumerd/daemon/api"
-	"github.com/consumerd/consumerd/daemon/internal/cluster"
 	"github.com/consumerd/consumerd/daemon/internal/cmdline"
 	"github.com/consumerd/consumerd/daemon/internal/connect"
 	"github.com/consumerd/consumerd/internal/ident"
@@ -157,7 +156,7 @@ func readTopic(ctx context.Context, cf *connect.ClientFlags, name string, partit
 		return err
 	}
 	defer cli.Close()
-	desc, err := cluster.GetTopic(ctx, cli, cf.EtcdPrefix, name)
+	desc, err := topicsAt(cli, cf.EtcdPrefix).Get(ctx, name)
 	if err != nil {
 		return fmt.Errorf("--topic: %w", err)
 	}

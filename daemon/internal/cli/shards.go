@@ -57,7 +57,7 @@ reads partition i of each. --count, when given, must equal that count.`,
 				return err
 			}
 			defer cli.Close()
-			n, err := cluster.AppPartitions(cmd.Context(), cli, cf.EtcdPrefix, app)
+			n, err := cluster.AppPartitions(cmd.Context(), topicsAt(cli, cf.EtcdPrefix), app)
 			if err != nil {
 				return err
 			}
@@ -65,7 +65,7 @@ reads partition i of each. --count, when given, must equal that count.`,
 				return cmdline.Usagef("--count: %d must equal the partition count of %s (%d): one shard per partition", count, strings.Join(app.Topics, ", "), n)
 			}
 			for _, t := range app.Outputs {
-				if _, err := cluster.GetTopic(cmd.Context(), cli, cf.EtcdPrefix, t); err != nil {
+				if _, err := topicsAt(cli, cf.EtcdPrefix).Get(cmd.Context(), t); err != nil {
 					return fmt.Errorf("app %s publishes to topic %s: %w", app.Name, t, err)
 				}
 			}
@@ -129,7 +129,7 @@ Every entry is validated before anything is written.`,
 				return err
 			}
 			defer cli.Close()
-			ts, err := cluster.LoadTopics(cmd.Context(), cli, cf.EtcdPrefix)
+			ts, err := topicsAt(cli, cf.EtcdPrefix).List(cmd.Context())
 			if err != nil {
 				return err
 			}

@@ -58,7 +58,7 @@ count does nothing, with another count is an error.`,
 				return err
 			}
 			defer cli.Close()
-			created, err := cluster.CreateTopic(cmd.Context(), cli, cf.EtcdPrefix, d)
+			created, err := topicsAt(cli, cf.EtcdPrefix).Create(cmd.Context(), d)
 			if err != nil {
 				return err
 			}
@@ -95,7 +95,7 @@ func newTopicsListCommand(prog cmdline.Program) *cobra.Command {
 				return err
 			}
 			defer cli.Close()
-			ts, err := cluster.LoadTopics(ctx, cli, cf.EtcdPrefix)
+			ts, err := topicsAt(cli, cf.EtcdPrefix).List(ctx)
 			if err != nil {
 				return err
 			}
@@ -196,7 +196,7 @@ func newTopicsDeleteCommand(prog cmdline.Program) *cobra.Command {
 				return err
 			}
 			defer cli.Close()
-			d, err := cluster.GetTopic(ctx, cli, cf.EtcdPrefix, name)
+			d, err := topicsAt(cli, cf.EtcdPrefix).Get(ctx, name)
 			if err != nil {
 				return err
 			}
@@ -226,11 +226,11 @@ func newTopicsDeleteCommand(prog cmdline.Program) *cobra.Command {
 			// delete; streams left behind would greet a re-created topic.
 			for p := 0; p < d.Partitions; p++ {
 				if err := rm.RemoveChannel(ctx, topic.ChannelName(name, p)); err != nil {
-					return fmt.Errorf("deleting topic %s: %w", name, err)
+					return err
 				}
 			}
-			if _, err := cli.Delete(ctx, topic.Key(cf.EtcdPrefix, name)); err != nil {
-				return fmt.Errorf("deleting topic %s's record from etcd: %w", name, err)
+			if err := topicsAt(cli, cf.EtcdPrefix).Delete(ctx, name); err != nil {
+				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "deleted topic %s (%d partitions)\n", name, d.Partitions)
 			return nil

@@ -12,6 +12,7 @@ import (
 
 	"github.com/consumerd/consumerd/allocator"
 	"github.com/consumerd/consumerd/shard"
+	"github.com/consumerd/consumerd/topic"
 )
 
 // MaxTxnOps is etcd's default --max-txn-ops: a txn holds at most this many ops.
@@ -128,7 +129,7 @@ func ApplySpecs(ctx context.Context, cli *clientv3.Client, prefix string, apps m
 		}
 		seen[s.ID] = true
 	}
-	ts, err := LoadTopics(ctx, cli, prefix)
+	ts, err := (&topic.Registry{Client: cli, Prefix: prefix}).List(ctx)
 	if err != nil {
 		return res, err
 	}

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/consumerd/consumerd/daemon/internal/cluster"
 	"github.com/consumerd/consumerd/daemon/internal/clustertest"
 	"github.com/consumerd/consumerd/examples/wordcount"
 	"github.com/consumerd/consumerd/internal/etcdtest"
@@ -18,7 +17,7 @@ func TestRouteQuery(t *testing.T) {
 	ctx := t.Context()
 	snap := clustertest.Snapshot() // wc-0 reads words/0, wc-1 words/1, wc-2 (disabled) words/2
 	lookup := func(ctx context.Context, name string) (topic.Description, error) {
-		return cluster.GetTopic(ctx, cli, "/consumerd", name)
+		return (&topic.Registry{Client: cli, Prefix: "/consumerd"}).Get(ctx, name)
 	}
 	keyIn := func(p, n int) string {
 		for i := 0; ; i++ {
@@ -39,7 +38,7 @@ func TestRouteQuery(t *testing.T) {
 	if got := route("words", "k", false); !strings.Contains(got, `app wordcount is keyed by topic words: topic "words" does not exist`) {
 		t.Fatalf("keyed by a topic without a record: %s", got)
 	}
-	if _, err := cluster.CreateTopic(ctx, cli, "/consumerd", topic.Description{Name: "words", Partitions: 3}); err != nil {
+	if _, err := (&topic.Registry{Client: cli, Prefix: "/consumerd"}).Create(ctx, topic.Description{Name: "words", Partitions: 3}); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {

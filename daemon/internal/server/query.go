@@ -1,17 +1,14 @@
 package server
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 
 	"github.com/consumerd/consumerd/daemon/api"
-	"github.com/consumerd/consumerd/daemon/internal/cluster"
 	"github.com/consumerd/consumerd/daemon/internal/query"
 	"github.com/consumerd/consumerd/shard"
-	"github.com/consumerd/consumerd/topic"
 )
 
 // query implements GET /v1/query (K is key=K, raw bytes percent-encoded,
@@ -68,7 +65,7 @@ func (s *server) serveQuery(w http.ResponseWriter, r *http.Request) {
 		resp.Shards[shardID] = api.EncodeEntries(vals)
 	default:
 		snap := sess.member.KeySpace().Snapshot()
-		ans, err := query.Ask(r.Context(), s.http, s.topicLookup, snap, query.Request{App: app, Key: key, All: all, Partial: partial})
+		ans, err := query.Ask(r.Context(), s.http, s.topics.Get, snap, query.Request{App: app, Key: key, All: all, Partial: partial})
 		switch {
 		case errors.Is(err, query.ErrIncomplete):
 			httpError(w, http.StatusServiceUnavailable, "%v, or pass partial=1 to accept a partial answer", err)
@@ -163,9 +160,4 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request, sess *session, 
 	w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
 	w.WriteHeader(resp.StatusCode)
 	_, _ = io.Copy(w, resp.Body)
-}
-
-// topicLookup reads a topic's record for query routing.
-func (s *server) topicLookup(ctx context.Context, name string) (topic.Description, error) {
-	return cluster.GetTopic(ctx, s.client, s.cfg.EtcdPrefix, name)
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/consumerd/consumerd/internal/gctarget"
 	"github.com/consumerd/consumerd/internal/natsconn"
 	"github.com/consumerd/consumerd/shard"
+	"github.com/consumerd/consumerd/topic"
 	"github.com/consumerd/consumerd/wal"
 )
 
@@ -55,6 +56,7 @@ type server struct {
 	etcdEndpoints []string // the embedded etcd's, or --etcd.endpoints
 	walURL        string   // the embedded nats-server's, or --wal.url
 	client        *clientv3.Client
+	topics        *topic.Registry
 	opener        wal.Opener
 	// snapshots configure shard snapshots (nil: --snapshot.store=none).
 	snapshots *shard.SnapshotOptions

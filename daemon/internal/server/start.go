@@ -17,6 +17,7 @@ import (
 	"github.com/consumerd/consumerd/internal/embedetcd"
 	"github.com/consumerd/consumerd/internal/embednats"
 	"github.com/consumerd/consumerd/shard"
+	"github.com/consumerd/consumerd/topic"
 	"github.com/consumerd/consumerd/wal"
 )
 
@@ -47,6 +48,7 @@ func (s *server) startEtcd(ctx context.Context, down *teardown) error {
 	}
 	down.add(func() { client.Close() })
 	s.client = client
+	s.topics = &topic.Registry{Client: client, Prefix: cfg.EtcdPrefix}
 	if err := connect.ClaimNamespace(ctx, s.log, client, cfg.EtcdPrefix, s.namespace); err != nil {
 		return err
 	}

@@ -24,7 +24,7 @@ func (s *server) watchUnread(ctx context.Context, member *allocator.Member) {
 	for {
 		ks := member.KeySpace()
 		if ks.Leader() == member.Zone()+"/"+member.ID() {
-			if ts, err := cluster.LoadTopics(ctx, s.client, s.cfg.EtcdPrefix); err != nil {
+			if ts, err := s.topics.List(ctx); err != nil {
 				if ctx.Err() == nil {
 					s.log.Debug("checking for unread partitions", "error", err)
 				}
