@@ -230,3 +230,10 @@ func TestReadNATSDown(t *testing.T) {
 		t.Fatalf("read with NATS down: exit %d after %v, stderr %q; want exit 1 within --dial-timeout naming the URL", code, time.Since(start), errb.String())
 	}
 }
+
+// String is the content written so far.
+func (w *watchBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}

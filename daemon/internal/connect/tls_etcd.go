@@ -54,10 +54,12 @@ func etcdClientConfig(ctx context.Context, endpoints []string, timeout time.Dura
 		Endpoints:   endpoints,
 		DialTimeout: timeout,
 		Logger:      zap.NewNop(),
-		Context:     ctx,
-		TLS:         tlsCfg,
-		Username:    user,
-		Password:    password,
+		// The client lives until its Close, not until the context of the
+		// dial ends (a member dials under a context of its start only).
+		Context:  context.WithoutCancel(ctx),
+		TLS:      tlsCfg,
+		Username: user,
+		Password: password,
 	}, nil
 }
 

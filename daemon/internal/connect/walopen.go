@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/nats-io/nats.go"
 
 	"github.com/consumerd/consumerd/internal/natsconn"
 	"github.com/consumerd/consumerd/internal/retry"
@@ -33,23 +36,20 @@ func OpenWAL(url, namespace string, replicas int, connectTimeout time.Duration, 
 	return op, nil
 }
 
-// walStartWait bounds how long serve waits for JetStream to answer at
-// start: a NATS cluster that starts with the members elects its meta leader
-// within seconds (nats-server 2.14 took about 6 s in the chaos harness).
-const walStartWait = 2 * time.Minute
-
-// OpenWALAtStart is OpenWAL, waiting while the server is up but JetStream
-// does not answer yet (WARN on each try, up to walStartWait). Any other
-// failure (refused connection, TLS, credentials, JetStream disabled) ends
-// it at once.
+// OpenWALAtStart is OpenWAL for a starting member: while the WAL cannot be
+// reached yet (nothing listens at url, a connection times out, or the
+// server is up but JetStream does not answer yet, as while a NATS cluster
+// elects its meta leader) it waits and tries again, with a WARN per try
+// saying what it waits for, until ctx ends (the operator's signal). A
+// failure that waiting cannot heal (TLS, credentials, JetStream disabled)
+// ends it at once.
 func OpenWALAtStart(ctx context.Context, url, namespace string, replicas int, sec natsconn.Security, log hclog.Logger) (wal.Opener, error) {
-	wctx, cancel := context.WithTimeout(ctx, walStartWait)
-	defer cancel()
 	var opener wal.Opener
-	err := retry.Policy{Initial: 500 * time.Millisecond, Max: 5 * time.Second}.Do(wctx, retry.Call{
-		Retryable: func(err error) bool { return errors.Is(err, jetstream.ErrJetStreamUnavailable) },
+	err := retry.Policy{Initial: 500 * time.Millisecond, Max: 5 * time.Second}.Do(ctx, retry.Call{
+		Retryable: WALWorthWaitingFor,
 		OnRetry: func(attempt int, wait time.Duration, err error) {
-			log.Warn("JetStream does not answer yet (a NATS cluster still electing its leader?); retrying", "url", url, "attempt", attempt, "backoff", wait, "error", err)
+			log.Warn("waiting for NATS JetStream to answer (not up yet, or a NATS cluster still electing its leader); retrying until it does or serve is stopped",
+				"url", url, "attempt", attempt, "backoff", wait, "error", err)
 		},
 	}, func() error {
 		var err error
@@ -57,7 +57,24 @@ func OpenWALAtStart(ctx context.Context, url, namespace string, replicas int, se
 		return err
 	})
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("stopped while waiting for NATS JetStream at %s: %w", url, err)
+		}
 		return nil, err
 	}
 	return opener, nil
+}
+
+// WALWorthWaitingFor reports whether err, from opening the WAL, may heal by
+// itself: nothing listens yet, a connection or request timed out, or
+// JetStream does not answer yet. Refusals by a server that answers (TLS,
+// credentials, JetStream disabled) are not.
+func WALWorthWaitingFor(err error) bool {
+	if natsHint(err) != "" {
+		return false
+	}
+	var nerr net.Error
+	return errors.Is(err, jetstream.ErrJetStreamUnavailable) || errors.Is(err, nats.ErrNoServers) ||
+		errors.Is(err, nats.ErrTimeout) || errors.Is(err, syscall.ECONNREFUSED) ||
+		(errors.As(err, &nerr) && nerr.Timeout())
 }

@@ -106,10 +106,20 @@ func Run(ctx context.Context, cfg Config, p Process) error {
 	if err != nil {
 		return err
 	}
+	// Starting waits for etcd and the WAL as long as they are not there: a
+	// signal meanwhile stops the start, and serve (nothing to drain yet).
+	startCtx, interrupted := whileStarting(ctx, p.Signals)
 	for _, step := range []func(context.Context, *teardown) error{s.startEtcd, s.startWAL, s.openSnapshots, s.setUpEmbeddedApps} {
-		if err := step(ctx, &down); err != nil {
-			return err
+		if err = step(startCtx, &down); err != nil {
+			break
 		}
+	}
+	if sig := interrupted(); sig != nil {
+		s.log.Info("shutdown requested while starting: exiting", "signal", fmt.Sprint(sig), "error", err)
+		return nil
+	}
+	if err != nil {
+		return err
 	}
 	s.serveHTTP(ln, serverTLS, &down)
 	gcPercent, gcFrom := gctarget.Apply()
@@ -117,6 +127,27 @@ func Run(ctx context.Context, cfg Config, p Process) error {
 		"apps", strings.Join(cfg.Apps, ","), "etcd", s.etcdEndpoints, "wal", s.walURL, "wal_namespace", s.namespace,
 		"gc_percent", gcPercent, "gc_from", gcFrom)
 	return s.run(ctx, p.Signals, p.HardExit)
+}
+
+// whileStarting is ctx, cancelled by a first signal on sigs. interrupted
+// stops watching and returns the signal that came, or nil; it must be called
+// once, before anything else reads sigs.
+func whileStarting(ctx context.Context, sigs <-chan os.Signal) (_ context.Context, interrupted func() os.Signal) {
+	ctx, cancel := context.WithCancel(ctx)
+	got := make(chan os.Signal, 1)
+	go func() { // owned here: ends with ctx (interrupted cancels it)
+		select {
+		case sig := <-sigs:
+			got <- sig
+			cancel()
+		case <-ctx.Done():
+			got <- nil
+		}
+	}()
+	return ctx, func() os.Signal {
+		cancel()
+		return <-got
+	}
 }
 
 // prepare reads every TLS file (so a bad one is named before anything
