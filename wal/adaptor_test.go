@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/consumerd/consumerd/internal/waitfor"
 	"github.com/consumerd/consumerd/wal"
 	"github.com/consumerd/consumerd/wal/message"
 	"github.com/consumerd/consumerd/wal/walimpls"
@@ -480,10 +481,7 @@ func TestCloseCutsRetryShort(t *testing.T) {
 	w := e.open(t, "t/0000", 0)
 	res := make(chan error, 1)
 	w.AppendAsync(context.Background(), msg("a"), func(_ *wal.AppendResult, err error) { res <- err })
-	deadline := time.Now().Add(wait)
-	for h.calls.Load() == 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	waitfor.Until(t, wait, "the first append attempt", func() (bool, string) { return h.calls.Load() > 0, "" })
 	w.Close()
 	if err := <-res; !errors.Is(err, wal.ErrClosed) {
 		t.Fatalf("append retrying during Close: %v, want ErrClosed", err)
@@ -580,10 +578,7 @@ func TestMessageHandler(t *testing.T) {
 	if s.Chan() != nil {
 		t.Fatal("Chan not nil with a MessageHandler")
 	}
-	deadline := time.Now().Add(wait)
-	for len(h.snapshot()) < 1 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	waitfor.Until(t, wait, "the handler to get a message", func() (bool, string) { return len(h.snapshot()) > 0, "" })
 	if got := h.snapshot(); !equal(got, []string{"4"}) {
 		t.Fatalf("handled %v, want [4]", got)
 	}

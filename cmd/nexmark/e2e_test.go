@@ -27,6 +27,7 @@ import (
 	"github.com/consumerd/consumerd/internal/etcdtest"
 	"github.com/consumerd/consumerd/internal/freeport"
 	"github.com/consumerd/consumerd/internal/natstest"
+	"github.com/consumerd/consumerd/internal/waitfor"
 )
 
 func TestMain(m *testing.M) {
@@ -90,26 +91,6 @@ func (p *proc) tail(n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-// waitFor polls cond until it holds or timeout passes (then it fails with
-// cond's last word). cond reads a cluster that changes by itself: there is
-// nothing to be notified by, so it polls.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for {
-		ok, msg := cond()
-		if ok {
-			return
-		}
-		last = msg
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s; last: %s", timeout, what, last)
-		}
-		time.Sleep(20 * time.Millisecond) // poll interval
-	}
 }
 
 // e2e is the cluster: servers in the test process, members as processes.
@@ -253,7 +234,7 @@ func TestE2EKill(t *testing.T) {
 		}
 	}
 	ctx := t.Context()
-	waitFor(t, 30*time.Second, "every shard to have a primary", func() (bool, string) {
+	waitfor.Until(t, 30*time.Second, "every shard to have a primary", func() (bool, string) {
 		for id, p := range e.members {
 			if p.exited() {
 				t.Fatalf("member %s exited: %v\n%s", id, p.err, p.tail(30))
@@ -269,7 +250,7 @@ func TestE2EKill(t *testing.T) {
 	for _, q := range nexmark.Queries() {
 		outputs[q.Output] = true
 	}
-	waitFor(t, 30*time.Second, "some query output to be committed", func() (bool, string) {
+	waitfor.Until(t, 30*time.Second, "some query output to be committed", func() (bool, string) {
 		n, err := e.outputMessages(outputs)
 		return err == nil && n > 0, fmt.Sprintf("%d output messages, %v", n, err)
 	})

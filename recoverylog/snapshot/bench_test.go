@@ -20,6 +20,7 @@ import (
 
 	"github.com/consumerd/consumerd/internal/benchround"
 	"github.com/consumerd/consumerd/internal/natstest"
+	"github.com/consumerd/consumerd/internal/waitfor"
 	"github.com/consumerd/consumerd/recoverylog"
 	"github.com/consumerd/consumerd/recoverylog/snapshot"
 	"github.com/consumerd/consumerd/shard"
@@ -319,24 +320,19 @@ func rocksWrittenBytes(b *testing.B, opts *grocksdb.Options) int64 {
 // waitIdle waits until db runs and owes no flush or compaction, so a
 // writer's background work does not slow the recoveries timed after it.
 func waitIdle(b *testing.B, db *grocksdb.DB) {
-	deadline := time.Now().Add(5 * time.Minute)
-	for {
-		busy := false
+	waitfor.Until(b, 5*time.Minute, "rocksdb to finish its flushes and compactions", func() (bool, string) {
+		var busy []string
 		for _, p := range []string{"rocksdb.num-running-compactions", "rocksdb.num-running-flushes", "rocksdb.compaction-pending", "rocksdb.mem-table-flush-pending"} {
 			n, ok := db.GetIntProperty(p)
 			if !ok {
 				b.Fatalf("rocksdb property %s unavailable", p)
 			}
-			busy = busy || n > 0
+			if n > 0 {
+				busy = append(busy, fmt.Sprintf("%s %d", p, n))
+			}
 		}
-		if !busy {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.Fatal("rocksdb still compacting after 5 minutes")
-		}
-		time.Sleep(100 * time.Millisecond) // poll interval
-	}
+		return len(busy) == 0, strings.Join(busy, ", ")
+	})
 }
 
 // recovery is one timed recovery of a history and a raw copy of the

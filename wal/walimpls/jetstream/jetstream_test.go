@@ -19,6 +19,7 @@ import (
 	"github.com/consumerd/consumerd/internal/freeport"
 	"github.com/consumerd/consumerd/internal/natsproc"
 	"github.com/consumerd/consumerd/internal/natstest"
+	"github.com/consumerd/consumerd/internal/waitfor"
 	"github.com/consumerd/consumerd/wal/message"
 	"github.com/consumerd/consumerd/wal/walimpls"
 	"github.com/consumerd/consumerd/wal/walimpls/jetstream"
@@ -506,18 +507,16 @@ func TestScannerAndWriterSurviveServerRestart(t *testing.T) {
 	// an attempt that timed out may still be stored once the client
 	// reconnects.
 	var next message.MessageID
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	waitfor.Until(t, 15*time.Second, "an append to succeed after the restart", func() (bool, string) {
 		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		next, err = w.Append(actx, message.MutableMessage{Payload: []byte("after"), DedupeID: "after-1"})
-		cancel()
-		if err == nil {
-			break
+		defer cancel()
+		id, err := w.Append(actx, message.MutableMessage{Payload: []byte("after"), DedupeID: "after-1"})
+		if err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no append succeeded within 15s of the restart: %v", err)
-		}
-	}
+		next = id
+		return true, ""
+	})
 	if next <= first {
 		t.Fatalf("id after restart %d not above %d", next, first)
 	}
@@ -596,23 +595,20 @@ func TestFencedWriterRidesThroughServerRestart(t *testing.T) {
 	srv.Shutdown()
 	natstest.StartServer(t, embednats.Config{StoreDir: dir, Port: port})
 
-	deadline := time.Now().Add(15 * time.Second)
 	var next message.MessageID
-	for {
+	waitfor.Until(t, 15*time.Second, "an append to succeed after the restart", func() (bool, string) {
 		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
 		id, err := w.Append(actx, message.MutableMessage{Payload: []byte("after"), DedupeID: "ride-after"})
-		cancel()
-		if err == nil {
-			next = id
-			break
-		}
 		if errors.Is(err, walimpls.ErrFenced) {
 			t.Fatalf("writer fenced by a restart: %v", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no append within 15s of the restart: %v", err)
+		if err != nil {
+			return false, err.Error()
 		}
-	}
+		next = id
+		return true, ""
+	})
 	if next <= last {
 		t.Fatalf("id after restart %d not above %d", next, last)
 	}
