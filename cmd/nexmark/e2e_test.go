@@ -24,6 +24,7 @@ import (
 
 	"github.com/consumerd/consumerd/daemon"
 	"github.com/consumerd/consumerd/examples/nexmark"
+	"github.com/consumerd/consumerd/examples/nexmark/nexmarkcli"
 	"github.com/consumerd/consumerd/internal/etcdtest"
 	"github.com/consumerd/consumerd/internal/freeport"
 	"github.com/consumerd/consumerd/internal/natstest"
@@ -268,7 +269,7 @@ func TestE2EKill(t *testing.T) {
 	// end mark (the kill follows at once, so it comes before the end too).
 	var cout, cerr bytes.Buffer
 	code := daemon.Run(ctx, []string{"check", "--query", "all", "--skip-sources", "--timeout", "100ms", "--etcd.endpoints", e.etcd, "--wal.url", e.nats},
-		daemon.Options{Name: "nexmark", Apps: nexmark.Apps(), Commands: nexmark.Commands(), Stdout: &cout, Stderr: &cerr})
+		daemon.Options{Name: "nexmark", Apps: nexmark.Apps(), Commands: nexmarkcli.Commands(), Stdout: &cout, Stderr: &cerr})
 	if code != 1 || !strings.Contains(cerr.String(), "output incomplete") {
 		t.Fatalf("before the kill: check exit %d, %s%s; want the output incomplete (else the kill would come after the run ended)", code, cout.String(), cerr.String())
 	}

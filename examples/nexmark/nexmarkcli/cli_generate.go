@@ -1,4 +1,4 @@
-package nexmark
+package nexmarkcli
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/consumerd/consumerd/daemon"
+	"github.com/consumerd/consumerd/examples/nexmark"
 	"github.com/consumerd/consumerd/topic"
 	"github.com/consumerd/consumerd/wal"
 	"github.com/consumerd/consumerd/wal/message"
@@ -51,20 +52,20 @@ flags after a failure resumes it and stores nothing twice, also after
 JetStream's duplicate window: what each partition already holds is skipped.`,
 		Flags: func(fs *pflag.FlagSet) {
 			fs.Uint64Var(&f.events, "events", 0, "number of events (required)")
-			fs.Float64Var(&f.rate, "rate", DefaultRate, "events per second of event time")
+			fs.Float64Var(&f.rate, "rate", nexmark.DefaultRate, "events per second of event time")
 			fs.Uint64Var(&f.seed, "seed", 1, "the generator's seed")
 		},
 		Check: func() error {
 			if f.events < 1 {
 				return errors.New("--events: give the number of events, at least 1")
 			}
-			if _, err := NewGenerator(f.seed, f.rate); err != nil {
+			if _, err := nexmark.NewGenerator(f.seed, f.rate); err != nil {
 				return fmt.Errorf("--rate: %w", err)
 			}
 			return nil
 		},
 		Run: func(ctx context.Context, c *daemon.Client, stdout, stderr io.Writer) error {
-			rec := runRecord{Events: f.events, Rate: f.rate, Seed: f.seed, BaseTime: BaseTime}
+			rec := runRecord{Events: f.events, Rate: f.rate, Seed: f.seed, BaseTime: nexmark.BaseTime}
 			return generate(ctx, c, stdout, stderr, rec)
 		},
 	}
@@ -158,7 +159,7 @@ func loadSources(ctx context.Context, c *daemon.Client, descs []topic.Descriptio
 }
 
 // route is the topic and partition ev goes to, as its key routes it.
-func (s *genSources) route(ev *Event, key string) (topic.Description, *genPartition) {
+func (s *genSources) route(ev *nexmark.Event, key string) (topic.Description, *genPartition) {
 	d := s.byTopic[ev.Topic()]
 	return d, s.parts[topic.Partition{Topic: d.Name, Index: topic.PartitionFor(key, d.Partitions)}]
 }
@@ -261,7 +262,7 @@ func publishEvents(ctx context.Context, c *daemon.Client, stderr io.Writer, rec 
 	g := rec.generator()
 	apps := newGenAppends()
 	progress := genProgress{stderr: stderr, events: rec.Events, lastReport: time.Now()}
-	var ev Event
+	var ev nexmark.Event
 	var scratch []byte
 	for n := uint64(0); n < rec.Events && !apps.failed(); n++ {
 		g.Event(n, &ev)
@@ -333,7 +334,7 @@ func sameEvent(m *message.ImmutableMessage, want []byte) error {
 		return errors.New("it is a watermark mark")
 	}
 	if !bytes.Equal(m.Payload, want) {
-		var ev Event
+		var ev nexmark.Event
 		if err := ev.Decode(m.Payload); err != nil {
 			return fmt.Errorf("its payload differs (%v)", err)
 		}
