@@ -77,8 +77,8 @@ func BenchmarkNexmark(b *testing.B) {
 	qs := benchQueries(b)
 	// Only the models' digests stay in memory: a live heap of a million
 	// model rows per query, which no member holds, made every span pay for
-	// a larger heap (page faults on fresh spans: q1 measured 0.72 after q0,
-	// 0.87 alone).
+	// a larger heap (page faults on fresh spans), so a query measured lower
+	// after another than alone.
 	seed := maphash.MakeSeed()
 	models := map[string]rowDigest{}
 	for _, q := range qs {

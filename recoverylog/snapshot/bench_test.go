@@ -40,8 +40,8 @@ const (
 	// benchDefaultStateMB: the largest state whose builds fit the package's
 	// budget (2.5 min with one round) on 2 cores, where uploading the
 	// snapshots (about 3x the log, RocksDB's compaction output) bounds the
-	// build: the 10x history takes about 1 min at 128 MiB, 1.5 to 2.5 min at
-	// 256 MiB and 19 min at 1 GiB. Override with $CONSUMERD_BENCH_STATE_MB.
+	// build, which grows with the state. Override with
+	// $CONSUMERD_BENCH_STATE_MB.
 	benchDefaultStateMB = 128
 	envStateMB          = "CONSUMERD_BENCH_STATE_MB"
 )
