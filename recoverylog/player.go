@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -137,38 +136,66 @@ func (p *Player) Target() message.MessageID {
 // write failed, or the log ends before the DB's position (ErrLogBehind).
 // Play may be called once.
 func (p *Player) Play(ctx context.Context) (err error) {
+	if err := p.begin(); err != nil {
+		return err
+	}
+	defer func() { p.finish(err) }()
+	start := time.Now()
+	pos, lastID, err := p.startPosition(ctx)
+	if err != nil {
+		return err
+	}
+	sc, err := p.openLog(ctx, pos)
+	if err != nil {
+		return err
+	}
+	defer sc.Close()
+	p.logger.Debug("recovery log replay started", "position", pos.String(), "last_id", lastID)
+	if lastID <= pos.LogID {
+		p.markCaughtUp(start)
+	}
+	return p.newReplay(sc, pos, lastID, start).run(ctx)
+}
+
+// begin marks Play started, or fails if it was already.
+func (p *Player) begin() error {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.started {
-		p.mu.Unlock()
 		return errors.New("recoverylog: Play called twice")
 	}
 	p.started = true
-	p.mu.Unlock()
-	defer func() {
-		p.mu.Lock()
-		p.err = err
-		won := p.handoff != nil && p.handoff.won
-		p.mu.Unlock()
-		if p.ownWO && !won {
-			p.wo.Destroy()
-		}
-		close(p.done)
-	}()
-	start := time.Now()
-	shard := p.cfg.ShardID
+	return nil
+}
 
+// finish records Play's result err, releases the write options the Player
+// owns unless a won handoff passed them to its Recorder, and closes done.
+func (p *Player) finish(err error) {
+	p.mu.Lock()
+	p.err = err
+	won := p.handoff != nil && p.handoff.won
+	p.mu.Unlock()
+	if p.ownWO && !won {
+		p.wo.Destroy()
+	}
+	close(p.done)
+}
+
+// startPosition loads the DB's position and the log's last id, and
+// publishes them as Position and Target. It fails with ErrLogBehind when
+// the log ends before the DB's position.
+func (p *Player) startPosition(ctx context.Context) (Position, message.MessageID, error) {
+	shard := p.cfg.ShardID
 	pos, err := LoadPosition(p.cfg.DB)
 	if err != nil {
-		return fmt.Errorf("recoverylog: shard %s: %w", shard, err)
+		return Position{}, 0, fmt.Errorf("recoverylog: shard %s: %w", shard, err)
 	}
 	p.mu.Lock()
 	p.pos = pos
 	p.mu.Unlock()
-	fsm := NewFSM(pos)
-
 	lastID, err := p.cfg.Log.LastID(ctx)
 	if err != nil {
-		return fmt.Errorf("recoverylog: shard %s: last id of %s: %w", shard, p.cfg.Log.Channel(), err)
+		return Position{}, 0, fmt.Errorf("recoverylog: shard %s: last id of %s: %w", shard, p.cfg.Log.Channel(), err)
 	}
 	p.mu.Lock()
 	p.target = lastID
@@ -178,96 +205,24 @@ func (p *Player) Play(ctx context.Context) (err error) {
 	// applied: the NATS store was deleted, the stream recreated, a backup
 	// restored. Waiting for the log to grow back would wedge the replica.
 	if lastID < pos.LogID {
-		return fmt.Errorf("recoverylog: shard %s: %w: %s ends at id %d, but the local database has applied it up to %v",
+		return Position{}, 0, fmt.Errorf("recoverylog: shard %s: %w: %s ends at id %d, but the local database has applied it up to %v",
 			shard, ErrLogBehind, p.cfg.Log.Channel(), lastID, pos)
 	}
+	return pos, lastID, nil
+}
+
+// openLog opens a scanner on the log from right after pos (from its start
+// for an empty DB). The caller closes it.
+func (p *Player) openLog(ctx context.Context, pos Position) (wal.Scanner, error) {
 	policy := wal.DeliverAll()
 	if pos.LogID != 0 {
 		policy = wal.DeliverStartAfter(pos.LogID)
 	}
-	sc, err := p.cfg.Log.Read(ctx, wal.ReadOption{Name: "recoverylog-player/" + shard, DeliverPolicy: policy})
+	sc, err := p.cfg.Log.Read(ctx, wal.ReadOption{Name: "recoverylog-player/" + p.cfg.ShardID, DeliverPolicy: policy})
 	if err != nil {
-		return fmt.Errorf("recoverylog: shard %s: replay from %v: %w", shard, pos, err)
+		return nil, fmt.Errorf("recoverylog: shard %s: replay from %v: %w", p.cfg.ShardID, pos, err)
 	}
-	defer sc.Close()
-	p.logger.Debug("recovery log replay started", "position", pos.String(), "last_id", lastID)
-	if lastID <= pos.LogID {
-		p.markCaughtUp(start)
-	}
-
-	replayed := replayedBytesTotal.WithLabelValues(shard)
-	applied := replayedRecordsTotal.WithLabelValues(shard)
-	progress := newReplayProgress(p.logger, shard, p.cfg.ProgressInterval, start, pos.LogID, lastID)
-	first := true
-	for {
-		var m message.ImmutableMessage
-		var ok bool
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case m, ok = <-sc.Chan():
-		}
-		if !ok {
-			<-sc.Done()
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return fmt.Errorf("recoverylog: shard %s: recovery log scanner stopped at %v: %w", shard, fsm.Position(), sc.Error())
-		}
-		replayed.Add(float64(len(m.Payload)))
-		progress.add(len(m.Payload), m.ID, time.Now())
-		rec, err := Decode(m.Payload)
-		if err != nil {
-			return fmt.Errorf("recoverylog: shard %s: record at log id %d: %w", shard, m.ID, err)
-		}
-		if first && pos.Seq == 0 && pos.LogID == 0 && rec.Seq > 1 {
-			return fmt.Errorf("recoverylog: shard %s: log starts at seq %d (id %d) but the DB is empty: %w", shard, rec.Seq, m.ID, wal.ErrTruncated)
-		}
-		first = false
-		step := fsm.Step(rec, m.ID)
-		if step.Discarded > 0 {
-			p.logger.Warn("dropped an incomplete chunked transaction superseded by another record", "chunks", step.Discarded, "log_id", m.ID)
-		}
-		switch step.Decision {
-		case Apply:
-			// Clipped: the record's bytes are the read message's, not ours to append into.
-			if err := applyToDB(p.cfg.DB, p.wo, step.Kind, slices.Clip(step.Data), step.Position); err != nil {
-				return fmt.Errorf("recoverylog: shard %s: apply %s record seq %d at log id %d: %w", shard, step.Kind, rec.Seq, m.ID, err)
-			}
-			applied.Inc()
-			p.mu.Lock()
-			p.pos = step.Position
-			hs := p.handoff
-			won := hs != nil && rec.Kind == KindFence && rec.Term == hs.term && rec.Author == hs.author
-			if won {
-				hs.won, hs.wonPos = true, step.Position
-				hs.reports = append(hs.reports, fenceReport{id: m.ID, applied: true})
-				notify(hs.notify)
-			}
-			p.mu.Unlock()
-			if rec.Kind == KindFence {
-				p.logger.Debug("fence applied", "term", rec.Term, "author", rec.Author, "log_id", m.ID)
-			}
-			if won {
-				p.markCaughtUp(start)
-				return nil
-			}
-		case Skip:
-			skippedRecordsTotal.WithLabelValues(shard, string(step.Reason)).Inc()
-			p.logger.Debug("skipped recovery-log record", "reason", step.Reason, "kind", rec.Kind, "seq", rec.Seq, "term", rec.Term, "log_id", m.ID)
-			if rec.Kind == KindFence {
-				p.mu.Lock()
-				if hs := p.handoff; hs != nil && rec.Term == hs.term && rec.Author == hs.author {
-					hs.reports = append(hs.reports, fenceReport{id: m.ID})
-					notify(hs.notify)
-				}
-				p.mu.Unlock()
-			}
-		}
-		if m.ID >= lastID {
-			p.markCaughtUp(start)
-		}
-	}
+	return sc, nil
 }
 
 func notify(ch chan struct{}) {

@@ -122,7 +122,7 @@ func DecodeOffset(b []byte) (message.MessageID, error) {
 // LoadOffset reads the committed offset of one source channel from db, with
 // a point lookup: what a reader polling a shard's progress wants (the
 // latency bench does, every millisecond). LoadOffsets builds an iterator
-// and seeks: polled that way, 9% of the latency bench's CPU. ok is false
+// and seeks, too costly to poll that way. ok is false
 // when the channel has no offset yet.
 func LoadOffset(db *grocksdb.DB, channel string) (id message.MessageID, ok bool, err error) {
 	ro := grocksdb.NewDefaultReadOptions()

@@ -15,8 +15,7 @@ import (
 // (a shard's published outbox rows, "\x00consumerd/outbox/…", removed by
 // range deletions): the latency bench reads the offsets every millisecond,
 // and without an upper bound each read stepped through every published
-// output since the last flush — 43% of the process's CPU in the worst half
-// second of a round.
+// output since the last flush, which dominated the process's CPU.
 func TestLoadOffsetsSkipsNothingAfterThem(t *testing.T) {
 	db := rockstest.Open(t)
 	wo := grocksdb.NewDefaultWriteOptions()

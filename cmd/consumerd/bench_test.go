@@ -18,6 +18,7 @@ import (
 
 	"github.com/consumerd/consumerd/daemon/api"
 	"github.com/consumerd/consumerd/internal/benchround"
+	"github.com/consumerd/consumerd/internal/waitfor"
 	"github.com/consumerd/consumerd/recoverylog"
 	"github.com/consumerd/consumerd/wal"
 	"github.com/consumerd/consumerd/wal/message"
@@ -102,7 +103,7 @@ func benchFailover(b *testing.B, ttl time.Duration) {
 
 	load := startLoad(b, c, "words", nShards, failoverLoad)
 	loadStart := time.Now()
-	waitEvery(b, benchPoll, 60*time.Second, "every primary to commit the load", func() (bool, string) {
+	waitfor.Every(b, benchPoll, 60*time.Second, "every primary to commit the load", func() (bool, string) {
 		n := 0
 		for _, m := range members {
 			st, err := memberStatus(m)
@@ -193,7 +194,7 @@ func benchFailover(b *testing.B, ttl time.Duration) {
 		b.Fatalf("the load kept %.0f lines/s, not %d: the figures are not at the stated load", rate, failoverLoad)
 	}
 	want := renderCounts(counts)
-	waitFor(b, 120*time.Second, fmt.Sprintf("the counts to equal the %d lines published", acked), func() (bool, string) {
+	waitfor.Until(b, 120*time.Second, fmt.Sprintf("the counts to equal the %d lines published", acked), func() (bool, string) {
 		out, err := c.run(nil, "query", "--app", "wordcount", "--all")
 		if err != nil {
 			return false, err.Error()
@@ -217,7 +218,7 @@ func waitSettled(tb testing.TB, c *cluster, nMembers, nShards int) []assignment 
 	tb.Helper()
 	var as []assignment
 	share := 2 * nShards / nMembers
-	waitFor(tb, 90*time.Second, "every shard PRIMARY with a STANDBY in the other zone, balanced over every member", func() (bool, string) {
+	waitfor.Until(tb, 90*time.Second, "every shard PRIMARY with a STANDBY in the other zone, balanced over every member", func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		ms, err := c.client.Get(ctx, "/consumerd/members/", clientv3.WithPrefix(), clientv3.WithCountOnly())
@@ -359,7 +360,7 @@ func successorCommit(ctx context.Context, op wal.Opener, shard string, after mes
 // last_commit (which it has only after its own first) at or after at.
 func checkCommitted(tb testing.TB, members []*member, victim *member, shard string, at time.Time) {
 	tb.Helper()
-	waitEvery(tb, benchPoll, 10*time.Second, "the new primary of "+shard+" to report the commit the log holds", func() (bool, string) {
+	waitfor.Every(tb, benchPoll, 10*time.Second, "the new primary of "+shard+" to report the commit the log holds", func() (bool, string) {
 		for _, m := range members {
 			if m == victim {
 				continue

@@ -22,6 +22,7 @@ import (
 
 	"github.com/consumerd/consumerd/internal/freeport"
 	"github.com/consumerd/consumerd/internal/natsproc"
+	"github.com/consumerd/consumerd/internal/waitfor"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -120,33 +121,6 @@ func (p *proc) tail(n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// waitFor polls cond every interval until it returns true or the deadline
-// passes; on timeout it fails with the last message cond gave.
-func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
-	tb.Helper()
-	waitEvery(tb, 100*time.Millisecond, timeout, what, cond)
-}
-
-// waitEvery is waitFor polling cond every interval.
-func waitEvery(tb testing.TB, interval, timeout time.Duration, what string, cond func() (bool, string)) {
-	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for {
-		ok, msg := cond()
-		if ok {
-			return
-		}
-		if msg != "" {
-			last = msg
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %s waiting for %s; last: %s", timeout, what, last)
-		}
-		time.Sleep(interval)
-	}
-}
-
 // cluster is an external etcd and nats-server plus consumerd members.
 type cluster struct {
 	tb       testing.TB
@@ -209,7 +183,7 @@ func newClusterOn(tb testing.TB, leaseTTL time.Duration, natsBin string) *cluste
 	}
 	tb.Cleanup(func() { _ = cli.Close() })
 	c.client = cli
-	waitFor(tb, 30*time.Second, "etcd to serve", func() (bool, string) {
+	waitfor.Until(tb, 30*time.Second, "etcd to serve", func() (bool, string) {
 		if c.etcd.exited() {
 			tb.Fatalf("etcd exited: %v\n%s", c.etcd.err, c.etcd.tail(20))
 		}
@@ -218,7 +192,7 @@ func newClusterOn(tb testing.TB, leaseTTL time.Duration, natsBin string) *cluste
 		_, err := cli.Get(ctx, "ping")
 		return err == nil, fmt.Sprint(err)
 	})
-	waitFor(tb, 30*time.Second, "nats-server to accept connections", func() (bool, string) {
+	waitfor.Until(tb, 30*time.Second, "nats-server to accept connections", func() (bool, string) {
 		if c.nats.exited() {
 			tb.Fatalf("nats-server exited: %v\n%s", c.nats.err, c.nats.tail(20))
 		}

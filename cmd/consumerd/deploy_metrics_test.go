@@ -13,6 +13,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/consumerd/consumerd/internal/waitfor"
 )
 
 // TestDeployMetricsServed checks that a live member serves every consumerd_
@@ -45,7 +47,7 @@ func TestDeployMetricsServed(t *testing.T) {
 	m := c.addMember("a", "zone-a")
 	c.start(m)
 	waitPrimaries := func(what string) {
-		waitFor(t, 60*time.Second, what, func() (bool, string) {
+		waitfor.Until(t, 60*time.Second, what, func() (bool, string) {
 			if m.proc.exited() {
 				t.Fatalf("member a exited: %v\n%s", m.proc.err, m.proc.tail(30))
 			}
@@ -68,13 +70,13 @@ func TestDeployMetricsServed(t *testing.T) {
 		fmt.Fprintf(&lines, "line %d of the deploy test\n", i)
 	}
 	c.mustRun([]byte(lines.String()), "publish", "--topic", "words")
-	waitFor(t, 60*time.Second, "the 200 lines counted", func() (bool, string) {
+	waitfor.Until(t, 60*time.Second, "the 200 lines counted", func() (bool, string) {
 		out, err := c.run(nil, "query", "--app", "wordcount", "--key", "deploy")
 		return err == nil && out == "200\n", fmt.Sprintf("%q %v", out, err)
 	})
 
 	// Both shards snapshot (their log passed 512 bytes): the etcd pointers.
-	waitFor(t, 60*time.Second, "a snapshot of each wordcount shard", func() (bool, string) {
+	waitfor.Until(t, 60*time.Second, "a snapshot of each wordcount shard", func() (bool, string) {
 		resp, err := c.client.Get(context.Background(), "/consumerd/snapshots/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
 		if err != nil {
 			return false, err.Error()
@@ -89,7 +91,7 @@ func TestDeployMetricsServed(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := "http://" + m.httpAddr
-	waitFor(t, 30*time.Second, "bad-0000 FAILED", func() (bool, string) {
+	waitfor.Until(t, 30*time.Second, "bad-0000 FAILED", func() (bool, string) {
 		code, body, err := httpGet(base + "/readyz")
 		return err == nil && code == 503 && strings.Contains(string(body), "bad-0000"), fmt.Sprint(code, " ", string(body), err)
 	})
@@ -98,7 +100,7 @@ func TestDeployMetricsServed(t *testing.T) {
 	// recovery log cannot be opened, its retries run out and it restarts.
 	c.replaceNATS(false)
 	c.mustRun(nil, "shards", "unassign", "--shard", "wordcount-0000")
-	waitFor(t, 60*time.Second, "a replica restart after the transient WAL failure", func() (bool, string) {
+	waitfor.Until(t, 60*time.Second, "a replica restart after the transient WAL failure", func() (bool, string) {
 		_, body, err := httpGet(base + "/metrics")
 		return err == nil && strings.Contains(string(body), `consumerd_shard_restarts_total{shard="wordcount-0000"}`), fmt.Sprint(err)
 	})
@@ -194,7 +196,7 @@ func (c *cluster) replaceNATS(js bool) {
 	p := startProc(c.tb, "nats-server", filepath.Join(c.dir, "nats.log"), nil, natsServer(c.tb), args...)
 	c.tb.Cleanup(p.kill)
 	c.nats = p
-	waitFor(c.tb, 30*time.Second, "the new nats-server to accept connections", func() (bool, string) {
+	waitfor.Until(c.tb, 30*time.Second, "the new nats-server to accept connections", func() (bool, string) {
 		if p.exited() {
 			c.tb.Fatalf("nats-server exited: %v\n%s", p.err, p.tail(20))
 		}

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/consumerd/consumerd/internal/natsproc"
+	"github.com/consumerd/consumerd/internal/waitfor"
 )
 
 // nats.go v1.55.0 (object store, reconnects): resetPendingAcksOnReconnect
@@ -173,7 +174,7 @@ func TestFaults(t *testing.T) {
 		byID[m.id] = m
 		c.start(m)
 	}
-	waitFor(t, 60*time.Second, "all shards PRIMARY with a hot standby", func() (bool, string) {
+	waitfor.Until(t, 60*time.Second, "all shards PRIMARY with a hot standby", func() (bool, string) {
 		rows, err := c.shards()
 		if err != nil {
 			return false, err.Error()
@@ -219,7 +220,7 @@ func TestFaults(t *testing.T) {
 		// Until the old lease expires, the dead incarnation's keys (PRIMARY
 		// included) are still in etcd: wait for the new one to announce.
 		for _, id := range ids {
-			waitFor(t, 60*time.Second, id+" to rejoin under a new lease", func() (bool, string) {
+			waitfor.Until(t, 60*time.Second, id+" to rejoin under a new lease", func() (bool, string) {
 				l := memberLease(byID[id])
 				return l != 0 && l != old[id], fmt.Sprintf("lease %x, old %x", l, old[id])
 			})
@@ -263,7 +264,7 @@ func TestFaults(t *testing.T) {
 	}()
 	// everyShardHasPrimary waits until every shard has a PRIMARY again.
 	everyShardHasPrimary := func() {
-		waitFor(t, 60*time.Second, "every shard PRIMARY", func() (bool, string) {
+		waitfor.Until(t, 60*time.Second, "every shard PRIMARY", func() (bool, string) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			as, err := c.assignments(ctx)
@@ -285,7 +286,7 @@ func TestFaults(t *testing.T) {
 		t.Logf("SIGSTOP %s (lease %s): a zombie primary (%d lines published)", id, leaseTTL, published.Load())
 		m.proc.signal(syscall.SIGSTOP)
 		// Frozen past its lease: its shards move to their standbys.
-		waitFor(t, 30*time.Second, "the frozen member's primaries to move", func() (bool, string) {
+		waitfor.Until(t, 30*time.Second, "the frozen member's primaries to move", func() (bool, string) {
 			for _, x := range primaries() {
 				if x == id {
 					return false, id + " still holds a primary"
@@ -311,7 +312,7 @@ func TestFaults(t *testing.T) {
 		// Fault i strikes once segment i is published; segment i+1 follows
 		// while it is under way.
 		target := int64((i + 1) * segment * (nLines / nChunks))
-		waitFor(t, 60*time.Second, "publishing to progress", func() (bool, string) {
+		waitfor.Until(t, 60*time.Second, "publishing to progress", func() (bool, string) {
 			return published.Load() >= target, fmt.Sprintf("%d of %d lines published", published.Load(), target)
 		})
 		close(faultStarted[i])
@@ -323,7 +324,7 @@ func TestFaults(t *testing.T) {
 	}
 
 	got := ""
-	waitFor(t, 120*time.Second, "every shard PRIMARY and the counts equal to the corpus", func() (bool, string) {
+	waitfor.Until(t, 120*time.Second, "every shard PRIMARY and the counts equal to the corpus", func() (bool, string) {
 		rows, err := c.shards()
 		if err != nil {
 			return false, err.Error()
@@ -346,7 +347,7 @@ func TestFaults(t *testing.T) {
 	checkTokens(t, c, counts)
 	// Consumed to the end: the primaries report no lag (they refresh it
 	// about every second, so poll).
-	waitFor(t, 15*time.Second, "zero lag on every source", func() (bool, string) {
+	waitfor.Until(t, 15*time.Second, "zero lag on every source", func() (bool, string) {
 		rows, err := c.shards()
 		if err != nil {
 			return false, err.Error()
@@ -378,7 +379,7 @@ func TestFaults(t *testing.T) {
 	// the primary; a request that was already forwarded is not forwarded again.
 	// A member just resumed from SIGSTOP rejoins with a new session first.
 	for _, m := range members {
-		waitFor(t, 30*time.Second, m.id+" to have a live session", func() (bool, string) {
+		waitfor.Until(t, 30*time.Second, m.id+" to have a live session", func() (bool, string) {
 			code, body, err := httpGet("http://" + m.httpAddr + "/v1/status")
 			return err == nil && code == 200 && strings.Contains(string(body), `"session": true`), fmt.Sprintf("%d %s %v", code, body, err)
 		})
@@ -441,7 +442,7 @@ func TestFaults(t *testing.T) {
 	c.start(m3)
 
 	// The zombies rejoined under new leases: three live members.
-	waitFor(t, 30*time.Second, "three members in `members list`", func() (bool, string) {
+	waitfor.Until(t, 30*time.Second, "three members in `members list`", func() (bool, string) {
 		out, err := c.run(nil, "members", "list", "-o", "json")
 		if err != nil {
 			return false, err.Error()
@@ -453,7 +454,7 @@ func TestFaults(t *testing.T) {
 		return len(ms) == 3, out
 	})
 	// And after all of it, still exactly the corpus.
-	waitFor(t, 60*time.Second, "the counts to equal the corpus at the end", func() (bool, string) {
+	waitfor.Until(t, 60*time.Second, "the counts to equal the corpus at the end", func() (bool, string) {
 		for _, app := range []string{"wordcount", "tally"} {
 			out, err := c.run(nil, "query", "--app", app, "--all")
 			if err != nil {

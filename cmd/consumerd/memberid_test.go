@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/consumerd/consumerd/internal/freeport"
+	"github.com/consumerd/consumerd/internal/waitfor"
 )
 
 // TestMemberIdentity runs real processes: a second process with a member id
@@ -22,7 +23,7 @@ func TestMemberIdentity(t *testing.T) {
 	c := newCluster(t, 60*time.Second)
 	a := c.addMember("a", "z1")
 	c.start(a)
-	waitFor(t, 60*time.Second, "a to join", func() (bool, string) {
+	waitfor.Until(t, 60*time.Second, "a to join", func() (bool, string) {
 		out, err := c.run(nil, "members", "list")
 		return err == nil && strings.Contains(out, a.httpAddr), out
 	})
@@ -30,7 +31,7 @@ func TestMemberIdentity(t *testing.T) {
 		t.Helper()
 		p := startProc(t, name, filepath.Join(c.dir, name+".log"), nil, c.bin, c.serveArgs(m)...)
 		t.Cleanup(p.kill)
-		waitFor(t, 60*time.Second, name+" to exit", func() (bool, string) { return p.exited(), p.tail(5) })
+		waitfor.Until(t, 60*time.Second, name+" to exit", func() (bool, string) { return p.exited(), p.tail(5) })
 		var ee *exec.ExitError
 		if !errors.As(p.err, &ee) || ee.ExitCode() != 1 {
 			t.Fatalf("%s: %v, want exit 1\n%s", name, p.err, p.tail(20))
@@ -48,7 +49,7 @@ func TestMemberIdentity(t *testing.T) {
 
 	a.proc.kill()
 	c.start(a)
-	waitFor(t, 30*time.Second, "a to reclaim its key and serve", func() (bool, string) {
+	waitfor.Until(t, 30*time.Second, "a to reclaim its key and serve", func() (bool, string) {
 		code, body, err := httpGet("http://" + a.httpAddr + "/readyz")
 		return err == nil && code == 200 && strings.Contains(a.proc.tail(200), "reclaimed the member key from this process's previous incarnation"),
 			fmt.Sprint(code, string(body), err)

@@ -13,6 +13,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/consumerd/consumerd/internal/waitfor"
 )
 
 // TestClustersApart runs two clusters, under the etcd prefixes /alpha and
@@ -68,7 +70,7 @@ func TestClustersApart(t *testing.T) {
 		}
 	}
 	for _, s := range sides {
-		waitFor(t, 45*time.Second, "cluster "+s.ns+": every shard PRIMARY", func() (bool, string) {
+		waitfor.Until(t, 45*time.Second, "cluster "+s.ns+": every shard PRIMARY", func() (bool, string) {
 			rows, err := s.c.shards()
 			if err != nil {
 				return false, err.Error()
@@ -102,7 +104,7 @@ func TestClustersApart(t *testing.T) {
 	}
 
 	for _, s := range sides {
-		waitFor(t, 45*time.Second, "cluster "+s.ns+": query --all equal to its corpus's counts", func() (bool, string) {
+		waitfor.Until(t, 45*time.Second, "cluster "+s.ns+": query --all equal to its corpus's counts", func() (bool, string) {
 			rows, err := s.c.shards()
 			if err != nil {
 				return false, err.Error()

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/consumerd/consumerd/internal/waitfor"
 	"github.com/consumerd/consumerd/wal/walimpls/jetstream"
 )
 
@@ -38,7 +39,7 @@ func TestPipelineOlderServer(t *testing.T) {
 	c.mustRun(nil, "shards", "create", "--app", "tally")
 	m := c.addMember("m1", "zone-a")
 	c.start(m)
-	waitFor(t, 60*time.Second, "the pipeline's shards PRIMARY", func() (bool, string) {
+	waitfor.Until(t, 60*time.Second, "the pipeline's shards PRIMARY", func() (bool, string) {
 		rows, err := c.shards()
 		if err != nil {
 			return false, err.Error()
@@ -61,7 +62,7 @@ func TestPipelineOlderServer(t *testing.T) {
 	m.proc.kill()
 	c.start(m)
 	publish(1500, 3000)
-	waitFor(t, 60*time.Second, "tally to equal the corpus", func() (bool, string) {
+	waitfor.Until(t, 60*time.Second, "tally to equal the corpus", func() (bool, string) {
 		out, err := c.run(nil, "query", "--app", "tally", "--all")
 		if err != nil {
 			return false, err.Error()

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/consumerd/consumerd/internal/freeport"
+	"github.com/consumerd/consumerd/internal/waitfor"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -49,7 +50,7 @@ func TestServeEmbedded(t *testing.T) {
 	// The embedded default sets up every app of the binary: wordcount,
 	// split and tally, 4 shards each.
 	const embeddedShards = 12
-	waitFor(t, 60*time.Second, "/readyz 200 (12 shards PRIMARY)", func() (bool, string) {
+	waitfor.Until(t, 60*time.Second, "/readyz 200 (12 shards PRIMARY)", func() (bool, string) {
 		if p.exited() {
 			t.Fatalf("serve exited: %v\n%s", p.err, p.tail(30))
 		}
@@ -101,7 +102,7 @@ func TestServeEmbedded(t *testing.T) {
 		t.Errorf("publish with NATS down: %v: %s", err, out)
 	}
 	want := "a 1\ncat 2\ndog 1\nthe 2\n"
-	waitFor(t, 30*time.Second, "counts of the published lines", func() (bool, string) {
+	waitfor.Until(t, 30*time.Second, "counts of the published lines", func() (bool, string) {
 		out, err := client("", "query", "--app", "wordcount", "--all")
 		if err != nil {
 			return false, err.Error()
@@ -119,7 +120,7 @@ func TestServeEmbedded(t *testing.T) {
 	if _, err := client("the cat\nthe dog\na cat\n", "publish", "--topic", "lines"); err != nil {
 		t.Fatalf("publish lines: %v", err)
 	}
-	waitFor(t, 30*time.Second, "tally of the published lines", func() (bool, string) {
+	waitfor.Until(t, 30*time.Second, "tally of the published lines", func() (bool, string) {
 		out, err := client("", "query", "--app", "tally", "--all")
 		return err == nil && out == want, fmt.Sprintf("%q %v", out, err)
 	})
@@ -191,7 +192,7 @@ func TestServeEmbedded(t *testing.T) {
 	}
 	for i := 0; i < 2; i++ {
 		// The second time, as soon as the leader assigned it again.
-		waitFor(t, 30*time.Second, "shards unassign to remove wordcount-0001's assignment", func() (bool, string) {
+		waitfor.Until(t, 30*time.Second, "shards unassign to remove wordcount-0001's assignment", func() (bool, string) {
 			out, err := client("", "shards", "unassign", "--shard", "wordcount-0001")
 			if err != nil {
 				t.Fatalf("shards unassign: %q %v", out, err)
@@ -199,7 +200,7 @@ func TestServeEmbedded(t *testing.T) {
 			return strings.Contains(out, "1 assignments removed"), out
 		})
 	}
-	waitFor(t, 30*time.Second, "13 shards PRIMARY after apply and unassign", func() (bool, string) {
+	waitfor.Until(t, 30*time.Second, "13 shards PRIMARY after apply and unassign", func() (bool, string) {
 		out, err := client("", "shards", "list", "-o", "json")
 		if err != nil {
 			return false, err.Error()
@@ -226,7 +227,7 @@ func TestServeEmbedded(t *testing.T) {
 	if _, err := cli.Put(context.Background(), "/consumerd/items/bad-0000", `{"id":"bad-0000","app":"nope","sources":[{"topic":"other","partition":0}]}`); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "bad-0000 FAILED and /readyz 503 naming it", func() (bool, string) {
+	waitfor.Until(t, 30*time.Second, "bad-0000 FAILED and /readyz 503 naming it", func() (bool, string) {
 		code, body, err := httpGet(base + "/readyz")
 		if err != nil {
 			return false, err.Error()
@@ -234,7 +235,7 @@ func TestServeEmbedded(t *testing.T) {
 		return code == 503 && strings.Contains(string(body), "bad-0000") && strings.Contains(string(body), "FAILED"), fmt.Sprint(code, " ", string(body))
 	})
 	// (etcd may show FAILED a moment after the member does.)
-	waitFor(t, 30*time.Second, "shards unassign --failed to release bad-0000", func() (bool, string) {
+	waitfor.Until(t, 30*time.Second, "shards unassign --failed to release bad-0000", func() (bool, string) {
 		out, err := client("", "shards", "unassign", "--failed")
 		if err != nil {
 			t.Fatalf("shards unassign --failed: %q %v", out, err)
@@ -248,7 +249,7 @@ func TestServeEmbedded(t *testing.T) {
 	if out, err := client("", "shards", "apply", "-f", delFile); err != nil || !strings.Contains(out, "1 deleted") {
 		t.Fatalf("shards apply (delete): %q %v", out, err)
 	}
-	waitFor(t, 30*time.Second, "/readyz 200 after deleting bad-0000", func() (bool, string) {
+	waitfor.Until(t, 30*time.Second, "/readyz 200 after deleting bad-0000", func() (bool, string) {
 		code, body, err := httpGet(base + "/readyz")
 		return err == nil && code == 200, fmt.Sprint(code, " ", string(body), err)
 	})
@@ -305,7 +306,7 @@ func waitHTTP(t *testing.T, p *proc, url string) (int, []byte, error) {
 	t.Helper()
 	var code int
 	var body []byte
-	waitFor(t, 60*time.Second, url+" to answer", func() (bool, string) {
+	waitfor.Until(t, 60*time.Second, url+" to answer", func() (bool, string) {
 		if p.exited() {
 			t.Fatalf("serve exited: %v\n%s", p.err, p.tail(30))
 		}
@@ -393,7 +394,7 @@ func TestServeShutdownBounds(t *testing.T) {
 	}
 	a := startA()
 	t.Cleanup(func() { a.kill() })
-	waitFor(t, 60*time.Second, "a's /readyz", func() (bool, string) {
+	waitfor.Until(t, 60*time.Second, "a's /readyz", func() (bool, string) {
 		if a.exited() {
 			t.Fatalf("a exited: %v\n%s", a.err, a.tail(30))
 		}
@@ -404,7 +405,7 @@ func TestServeShutdownBounds(t *testing.T) {
 		"--etcd.endpoints", etcdURL, "--wal.url", "nats://"+natsAddr, "--etcd.lease-ttl", "60s",
 		"--data-dir", filepath.Join(dir, "b"), "--http.addr", fmt.Sprintf("127.0.0.1:%d", freeport.Port(t)), "--member.id", "b")
 	t.Cleanup(func() { b.kill() })
-	waitFor(t, 30*time.Second, "b to join", func() (bool, string) {
+	waitfor.Until(t, 30*time.Second, "b to join", func() (bool, string) {
 		out, err := exec.Command(bin, "members", "list", "-o", "json", "--etcd.endpoints", etcdURL).Output()
 		return err == nil && strings.Contains(string(out), `"id": "b"`), string(out)
 	})
@@ -419,7 +420,7 @@ func TestServeShutdownBounds(t *testing.T) {
 	// 1. A second signal exits at once (a is the leader and holds every
 	// shard; b, frozen, can take none).
 	a.signal(syscall.SIGTERM)
-	waitFor(t, 10*time.Second, "a to log the shutdown request", logged(a, 1))
+	waitfor.Until(t, 10*time.Second, "a to log the shutdown request", logged(a, 1))
 	start := time.Now()
 	a.signal(syscall.SIGTERM)
 	select {
@@ -437,7 +438,7 @@ func TestServeShutdownBounds(t *testing.T) {
 	a = startA()
 	// The restarted a itself reports the replica (the assignments of its
 	// previous incarnation vanish when it reclaims its member key).
-	waitFor(t, 60*time.Second, "a to hold a replica", func() (bool, string) {
+	waitfor.Until(t, 60*time.Second, "a to hold a replica", func() (bool, string) {
 		code, body, err := httpGet("http://" + aHTTP + "/v1/status")
 		var st struct {
 			Replicas []json.RawMessage `json:"replicas"`

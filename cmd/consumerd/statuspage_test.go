@@ -16,6 +16,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/net/html"
+
+	"github.com/consumerd/consumerd/internal/waitfor"
 )
 
 // chromiumBinary finds Chromium, or skips the test saying how to get it.
@@ -322,7 +324,7 @@ func TestStatusPageInChromium(t *testing.T) {
 	m1, m2 := c.addMember("m1", "zone-a"), c.addMember("m2", "zone-b")
 	c.start(m1)
 	c.start(m2)
-	waitFor(t, 90*time.Second, "both shards PRIMARY with a hot standby", func() (bool, string) {
+	waitfor.Until(t, 90*time.Second, "both shards PRIMARY with a hot standby", func() (bool, string) {
 		rows, err := c.shards()
 		if err != nil {
 			return false, err.Error()
@@ -335,7 +337,7 @@ func TestStatusPageInChromium(t *testing.T) {
 		fmt.Fprintf(&lines, "line %d of the status page test\n", i)
 	}
 	c.mustRun([]byte(lines.String()), "publish", "--topic", "words")
-	waitFor(t, 60*time.Second, "every line counted", func() (bool, string) {
+	waitfor.Until(t, 60*time.Second, "every line counted", func() (bool, string) {
 		out, err := c.run(nil, "query", "--app", "wordcount", "--key", "line")
 		return err == nil && out == "200\n", fmt.Sprintf("%q %v", out, err)
 	})
@@ -346,7 +348,7 @@ func TestStatusPageInChromium(t *testing.T) {
 	if _, err := c.client.Put(ctx, "/consumerd/items/evil-0000", `{"id":"evil-0000","app":"<script>document.title='pwned'</script>","sources":[{"topic":"words","partition":1}]}`); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 60*time.Second, "bad-0000 FAILED in etcd", func() (bool, string) {
+	waitfor.Until(t, 60*time.Second, "bad-0000 FAILED in etcd", func() (bool, string) {
 		as, err := c.assignments(ctx)
 		if err != nil {
 			return false, err.Error()
@@ -363,7 +365,7 @@ func TestStatusPageInChromium(t *testing.T) {
 		base := "http://" + m.httpAddr
 		// States settle (a standby catches up, a snapshot moves the
 		// pointer): compare each fresh page with a fresh read of etcd.
-		waitFor(t, 60*time.Second, "the page of "+m.id+" to agree with etcd", func() (bool, string) {
+		waitfor.Until(t, 60*time.Second, "the page of "+m.id+" to agree with etcd", func() (bool, string) {
 			doc, err := dumpDOM(t, chromium, base+"/")
 			if err != nil {
 				return false, err.Error()
@@ -380,7 +382,7 @@ func TestStatusPageInChromium(t *testing.T) {
 			}
 			return true, ""
 		})
-		waitFor(t, 60*time.Second, "the shard page on "+m.id+" to agree with etcd", func() (bool, string) {
+		waitfor.Until(t, 60*time.Second, "the shard page on "+m.id+" to agree with etcd", func() (bool, string) {
 			doc, err := dumpDOM(t, chromium, base+"/shards/wordcount-0000")
 			if err != nil {
 				return false, err.Error()

@@ -25,6 +25,7 @@ import (
 
 	"github.com/consumerd/consumerd/internal/freeport"
 	"github.com/consumerd/consumerd/internal/tlstest"
+	"github.com/consumerd/consumerd/internal/waitfor"
 )
 
 // TestTLSAndAuth runs a two-member cluster with every connection secured:
@@ -77,7 +78,7 @@ func TestTLSAndAuth(t *testing.T) {
 	creds := natsOperatorConfig(t, dir, nport, natsCert, natsKey, ca.File)
 	nats := startProc(t, "nats-server", filepath.Join(dir, "nats.log"), nil, natsServer(t), "-c", filepath.Join(dir, "nats.conf"))
 	t.Cleanup(nats.kill)
-	waitFor(t, 30*time.Second, "nats-server to accept connections", func() (bool, string) {
+	waitfor.Until(t, 30*time.Second, "nats-server to accept connections", func() (bool, string) {
 		if nats.exited() {
 			t.Fatalf("nats-server exited: %v\n%s", nats.err, nats.tail(20))
 		}
@@ -165,7 +166,7 @@ func TestTLSAndAuth(t *testing.T) {
 	// Both shards PRIMARY, one on each member: a query must then cross
 	// from member to member.
 	var rows []shardRow
-	waitFor(t, 60*time.Second, "both shards PRIMARY on different members", func() (bool, string) {
+	waitfor.Until(t, 60*time.Second, "both shards PRIMARY on different members", func() (bool, string) {
 		out, stderr, err := client(clientEnv, "", "shards", "list", "-o", "json")
 		if err != nil {
 			return false, fmt.Sprintf("%v: %s", err, stderr)
@@ -184,7 +185,7 @@ func TestTLSAndAuth(t *testing.T) {
 	})
 	want := renderCounts(counts)
 	var got string
-	waitFor(t, 60*time.Second, "query --all to equal the corpus's counts", func() (bool, string) {
+	waitfor.Until(t, 60*time.Second, "query --all to equal the corpus's counts", func() (bool, string) {
 		out, stderr, err := client([]string{"CONSUMERD_ETCD_PASSWORD=" + etcdPassword}, "", "query", "--app", "wordcount", "--all",
 			"--http.cacert", ca.File, "--http.cert", cliCert, "--http.key", cliKey)
 		if err != nil {
@@ -313,7 +314,7 @@ func setupEtcdAuth(t *testing.T, etcd *proc, url, caFile, certFile, keyFile, pas
 		t.Fatalf("etcd client: %v", err)
 	}
 	defer cli.Close()
-	waitFor(t, 30*time.Second, "etcd to serve on https", func() (bool, string) {
+	waitfor.Until(t, 30*time.Second, "etcd to serve on https", func() (bool, string) {
 		if etcd.exited() {
 			t.Fatalf("etcd exited: %v\n%s", etcd.err, etcd.tail(20))
 		}

@@ -25,9 +25,11 @@ import (
 	"github.com/consumerd/consumerd/daemon"
 	"github.com/consumerd/consumerd/daemon/api"
 	"github.com/consumerd/consumerd/examples/nexmark"
+	"github.com/consumerd/consumerd/examples/nexmark/nexmarkcli"
 	"github.com/consumerd/consumerd/internal/etcdtest"
 	"github.com/consumerd/consumerd/internal/freeport"
 	"github.com/consumerd/consumerd/internal/natstest"
+	"github.com/consumerd/consumerd/internal/waitfor"
 )
 
 func TestMain(m *testing.M) {
@@ -91,26 +93,6 @@ func (p *proc) tail(n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-// waitFor polls cond until it holds or timeout passes (then it fails with
-// cond's last word). cond reads a cluster that changes by itself: there is
-// nothing to be notified by, so it polls.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for {
-		ok, msg := cond()
-		if ok {
-			return
-		}
-		last = msg
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s; last: %s", timeout, what, last)
-		}
-		time.Sleep(20 * time.Millisecond) // poll interval
-	}
 }
 
 // e2e is the cluster: servers in the test process, members as processes.
@@ -254,7 +236,7 @@ func TestE2EKill(t *testing.T) {
 		}
 	}
 	ctx := t.Context()
-	waitFor(t, 30*time.Second, "every shard to have a primary", func() (bool, string) {
+	waitfor.Until(t, 30*time.Second, "every shard to have a primary", func() (bool, string) {
 		for id, p := range e.members {
 			if p.exited() {
 				t.Fatalf("member %s exited: %v\n%s", id, p.err, p.tail(30))
@@ -270,7 +252,7 @@ func TestE2EKill(t *testing.T) {
 	for _, q := range nexmark.Queries() {
 		outputs[q.Output] = true
 	}
-	waitFor(t, 30*time.Second, "some query output to be committed", func() (bool, string) {
+	waitfor.Until(t, 30*time.Second, "some query output to be committed", func() (bool, string) {
 		n, err := e.outputMessages(outputs)
 		return err == nil && n > 0, fmt.Sprintf("%d output messages, %v", n, err)
 	})
@@ -288,7 +270,7 @@ func TestE2EKill(t *testing.T) {
 	// end mark (the kill follows at once, so it comes before the end too).
 	var cout, cerr bytes.Buffer
 	code := daemon.Run(ctx, []string{"check", "--query", "all", "--skip-sources", "--timeout", "100ms", "--etcd.endpoints", e.etcd, "--wal.url", e.nats},
-		daemon.Options{Name: "nexmark", Apps: nexmark.Apps(), Commands: nexmark.Commands(), Stdout: &cout, Stderr: &cerr})
+		daemon.Options{Name: "nexmark", Apps: nexmark.Apps(), Commands: nexmarkcli.Commands(), Stdout: &cout, Stderr: &cerr})
 	if code != 1 || !strings.Contains(cerr.String(), "output incomplete") {
 		t.Fatalf("before the kill: check exit %d, %s%s; want the output incomplete (else the kill would come after the run ended)", code, cout.String(), cerr.String())
 	}

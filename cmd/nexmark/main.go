@@ -1,6 +1,6 @@
 // Command nexmark is a consumerd daemon running the Nexmark benchmark: every
 // consumerd command (`nexmark serve` runs members with the stage apps of
-// every query), plus setup, generate and check (examples/nexmark).
+// every query), plus setup, generate and check (examples/nexmark/nexmarkcli).
 //
 //	nexmark serve --member.id a --etcd.endpoints ... --wal.url ...
 //	nexmark setup --partitions 4 --queries all --standbys 1
@@ -14,6 +14,7 @@ import (
 
 	"github.com/consumerd/consumerd/daemon"
 	"github.com/consumerd/consumerd/examples/nexmark"
+	"github.com/consumerd/consumerd/examples/nexmark/nexmarkcli"
 )
 
 func main() {
@@ -22,6 +23,6 @@ func main() {
 	os.Exit(daemon.Run(context.Background(), os.Args[1:], daemon.Options{
 		Name:     "nexmark",
 		Apps:     nexmark.Apps(),
-		Commands: nexmark.Commands(),
+		Commands: nexmarkcli.Commands(),
 	}))
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/consumerd/consumerd/internal/benchround"
 	"github.com/consumerd/consumerd/internal/gctarget"
 	"github.com/consumerd/consumerd/internal/natsproc"
+	"github.com/consumerd/consumerd/internal/waitfor"
 	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/shard/shardtest"
 	"github.com/consumerd/consumerd/topic"
@@ -76,8 +77,8 @@ func BenchmarkNexmark(b *testing.B) {
 	qs := benchQueries(b)
 	// Only the models' digests stay in memory: a live heap of a million
 	// model rows per query, which no member holds, made every span pay for
-	// a larger heap (page faults on fresh spans: q1 measured 0.72 after q0,
-	// 0.87 alone).
+	// a larger heap (page faults on fresh spans), so a query measured lower
+	// after another than alone.
 	seed := maphash.MakeSeed()
 	models := map[string]rowDigest{}
 	for _, q := range qs {
@@ -234,7 +235,7 @@ func runOne(b testing.TB, e *shardtest.Cluster, q Query, round int) (struct{ wal
 		e.PutSpec(s)
 		e.Assign(node, s.ID, 0)
 	}
-	waitUntil(b, 10*time.Minute, q.Name+"'s final stage to commit its end of input", func() (bool, string) {
+	waitfor.Every(b, benchPoll, 10*time.Minute, q.Name+"'s final stage to commit its end of input", func() (bool, string) {
 		for _, id := range final {
 			sh, release, ok := node.Service.Primary(id)
 			if !ok {
@@ -259,7 +260,7 @@ func runOne(b testing.TB, e *shardtest.Cluster, q Query, round int) (struct{ wal
 		}
 	}
 	var rows []string
-	waitUntil(b, 2*time.Minute, q.Name+"'s output to be published", func() (bool, string) {
+	waitfor.Every(b, benchPoll, 2*time.Minute, q.Name+"'s output to be published", func() (bool, string) {
 		var done bool
 		var why string
 		rows, done, why = readOutput(b, e, topic.Description{Name: q.Output, Partitions: outputPartitions(q)})
@@ -277,25 +278,13 @@ func processCPU(tb testing.TB) time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// waitUntil polls cond every 50 ms until it holds, failing after timeout
-// (a whole query run can outlast shardtest.Eventually's 30 s).
-func waitUntil(b testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, why := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("timed out after %s waiting for %s: %s", timeout, what, why)
-		}
-		// A committed watermark has no notification. Each poll reads the
-		// member's RocksDB inside the measured span: every 10 ms that was 2%
-		// of q0's CPU; every 50 ms it is under 0.5%, and 50 ms of a span of
-		// seconds.
-		time.Sleep(50 * time.Millisecond)
-	}
-}
+// benchPoll is how often a query run polls for its end: a committed
+// watermark has no notification, and each poll reads the member's RocksDB
+// inside the measured span, so polls are few enough to cost the measured
+// process little yet often enough to add little to a span of seconds. (A
+// whole run can outlast shardtest.Eventually's 30 s, hence the explicit
+// timeouts.)
+const benchPoll = 50 * time.Millisecond
 
 // benchQueries are the queries to run: CONSUMERD_NEXMARK_QUERIES (e.g.
 // "q0,q5", to profile one), or all.

@@ -140,7 +140,7 @@ func (e *Event) Decode(b []byte) error { return e.decode(b, false) }
 // DecodeView is Decode without copying: e's strings alias b, so b must not
 // change while e is in use — as a message's payload never does. The
 // stateless queries decode each bid this way: copying its three strings
-// was 3% of q0's CPU, for a row built from them at once.
+// costs a share of their CPU, for a row built from them at once.
 func (e *Event) DecodeView(b []byte) error { return e.decode(b, true) }
 
 func (e *Event) decode(b []byte, view bool) error {

@@ -72,7 +72,7 @@ type q5Count struct {
 	// dirty are the counts the open transaction changed, written once in
 	// flushTxn: a bid is in 5 windows, and a hot auction's count changes many
 	// times per transaction, so a Put per bid and window wrote most of them
-	// over and over (RocksDB writes were 57 % of q5's CPU).
+	// over and over (RocksDB writes then dominated q5's CPU).
 	dirty map[q5Key]struct{}
 	// first is the event time of this primary's first bid (once started):
 	// bids arrive in event-time order per partition (give or take the

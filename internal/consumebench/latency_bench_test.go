@@ -22,15 +22,15 @@ import (
 // Latency workload: latencyMaxMsgs messages measure the maximum rate, then
 // latencySpan of load is offered at half of it.
 const (
-	// latencyMaxMsgs: the maximum is measured over at least 2 s here
-	// (25,000-45,000 msgs/s); over one second (40,000 messages) it swung
-	// by a factor of two between rounds, and so did the offered load.
+	// latencyMaxMsgs: the maximum is measured over at least 2 s here;
+	// measured over one second it swung widely between rounds, and so did
+	// the offered load.
 	latencyMaxMsgs = 100_000
 	latencySpan    = 5 * time.Second
 	latencyTick    = time.Millisecond
 	// latencyRounds: one stall in a 5 s span moves a round's p99 a lot on
-	// this machine (rounds of one run ranged 20-1150 ms), so five rounds
-	// keep the median steadier than three.
+	// a small shared machine, so five rounds keep the median steadier than
+	// three.
 	latencyRounds = 5
 )
 

@@ -20,6 +20,7 @@ import (
 
 	"github.com/consumerd/consumerd/internal/benchround"
 	"github.com/consumerd/consumerd/internal/natstest"
+	"github.com/consumerd/consumerd/internal/waitfor"
 	"github.com/consumerd/consumerd/recoverylog"
 	"github.com/consumerd/consumerd/recoverylog/snapshot"
 	"github.com/consumerd/consumerd/shard"
@@ -39,8 +40,8 @@ const (
 	// benchDefaultStateMB: the largest state whose builds fit the package's
 	// budget (2.5 min with one round) on 2 cores, where uploading the
 	// snapshots (about 3x the log, RocksDB's compaction output) bounds the
-	// build: the 10x history takes about 1 min at 128 MiB, 1.5 to 2.5 min at
-	// 256 MiB and 19 min at 1 GiB. Override with $CONSUMERD_BENCH_STATE_MB.
+	// build, which grows with the state. Override with
+	// $CONSUMERD_BENCH_STATE_MB.
 	benchDefaultStateMB = 128
 	envStateMB          = "CONSUMERD_BENCH_STATE_MB"
 )
@@ -319,24 +320,19 @@ func rocksWrittenBytes(b *testing.B, opts *grocksdb.Options) int64 {
 // waitIdle waits until db runs and owes no flush or compaction, so a
 // writer's background work does not slow the recoveries timed after it.
 func waitIdle(b *testing.B, db *grocksdb.DB) {
-	deadline := time.Now().Add(5 * time.Minute)
-	for {
-		busy := false
+	waitfor.Until(b, 5*time.Minute, "rocksdb to finish its flushes and compactions", func() (bool, string) {
+		var busy []string
 		for _, p := range []string{"rocksdb.num-running-compactions", "rocksdb.num-running-flushes", "rocksdb.compaction-pending", "rocksdb.mem-table-flush-pending"} {
 			n, ok := db.GetIntProperty(p)
 			if !ok {
 				b.Fatalf("rocksdb property %s unavailable", p)
 			}
-			busy = busy || n > 0
+			if n > 0 {
+				busy = append(busy, fmt.Sprintf("%s %d", p, n))
+			}
 		}
-		if !busy {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.Fatal("rocksdb still compacting after 5 minutes")
-		}
-		time.Sleep(100 * time.Millisecond) // poll interval
-	}
+		return len(busy) == 0, strings.Join(busy, ", ")
+	})
 }
 
 // recovery is one timed recovery of a history and a raw copy of the

@@ -16,27 +16,28 @@ const DefaultCompactAbove = 1.25
 // Why a compaction before the checkpoint: a restore moves every byte of
 // the checkpoint, and an LSM tree holds overwritten versions until
 // compaction drops them — in L0 (up to level0_file_num_compaction_trigger
-// memtables' worth) and in the upper levels. With RocksDB's defaults and
-// 64 MiB between snapshots, the newest snapshot of a 128 MiB state that
-// was overwritten ten times held 132-392 MiB depending on where compaction
-// stood, and recovery took up to twice as long as for the same state
-// written once. Compacting the whole key range first leaves one version of
-// each key; it costs a rewrite of the database, paid only when the dead
-// data is worth it (for a large state, rarely: there leveled compaction
-// keeps the dead share small).
+// memtables' worth) and in the upper levels. With RocksDB's defaults, the
+// newest snapshot of a state overwritten many times can hold several times
+// the live data depending on where compaction stood, and recovery then
+// takes correspondingly longer than for the same state written once.
+// Compacting the whole key range first leaves one version of each key; it
+// costs a rewrite of the database, paid only when the dead data is worth
+// it (for a large state, rarely: there leveled compaction keeps the dead
+// share small).
 //
 // How much is dead is not known without compacting. RocksDB's estimate of
 // the live data (estimate-live-data-size) counts the bottom level and the
 // files above that do not overlap it, so it is close for overwrites and
 // far too low for a state that grows (new keys in L0 over the bottom
-// level's range look dead): trusting it alone, loading a 1 GiB state once
-// compacted at 16 of 17 snapshots and uploaded 4.3 times the log. So a
-// compaction that drops less than half of what the estimate took for dead
-// starts a cool-down: none before twice the compacted database's size in
-// log bytes was applied. A state that only grows is then compacted at
-// sizes about three times apart (the rewrites add up to half the final
-// size at most), and one that turns from growing to overwriting is
-// compacted again once the cool-down ends (compactPolicy).
+// level's range look dead): trusting it alone, a state written once as it
+// grows would be compacted at nearly every snapshot and upload several
+// times its log. So a compaction that drops less than half of what the
+// estimate took for dead starts a cool-down: none before twice the
+// compacted database's size in log bytes was applied. A state that only
+// grows is then compacted at sizes about three times apart (the rewrites
+// add up to half the final size at most), and one that turns from growing
+// to overwriting is compacted again once the cool-down ends
+// (compactPolicy).
 
 // compactMinDead is the least dead data worth a compaction: below it a
 // restore moves little extra.

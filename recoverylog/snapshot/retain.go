@@ -37,14 +37,73 @@ func (s *Snapshotter) Retain(ctx context.Context, ptr Pointer, log wal.WAL) (Ret
 	return s.retain(ctx, ptr, log)
 }
 
+// retain is Retain with s.mu held.
 func (s *Snapshotter) retain(ctx context.Context, ptr Pointer, log wal.WAL) (RetainResult, error) {
-	shard, st := s.cfg.Shard, s.cfg.Store
 	var res RetainResult
-	refs, err := listManifests(ctx, st, shard)
+	plan, err := s.planRetention(ctx, ptr)
 	if err != nil {
-		return res, fmt.Errorf("snapshot: shard %s: retain: %w", shard, err)
+		return res, err
 	}
-	var eligible, newer []manifestRef
+	for _, k := range plan.kept {
+		res.Kept = append(res.Kept, k.ID)
+	}
+	if log != nil && plan.oldest > 0 {
+		if res.TruncatedBefore, err = s.truncateLog(ctx, log, plan); err != nil {
+			return res, err
+		}
+	}
+	if err := s.hook(StepTruncate); err != nil {
+		return res, err
+	}
+	if err := s.deleteManifests(ctx, plan.drop, &res); err != nil {
+		return res, err
+	}
+	if err := s.deleteSnapshotFiles(ctx, plan, &res); err != nil {
+		return res, err
+	}
+	if err := s.collectSSTs(ctx, plan.remaining(), &res); err != nil {
+		return res, err
+	}
+	if res.DeletedManifests > 0 || res.DeletedFiles > 0 {
+		s.logger.Debug("snapshots collected", "manifests", res.DeletedManifests, "files", res.DeletedFiles, "bytes", res.DeletedBytes)
+	}
+	return res, nil
+}
+
+// retentionPlan is what one retain keeps and drops of a shard's manifests.
+type retentionPlan struct {
+	// kept are the pointer's manifest then the newest older ones, at most
+	// Config.Kept; drop are the older manifests the pointer reaches.
+	kept, drop []manifestRef
+	// newer are the manifests the pointer does not reach (covering a later
+	// log id): an aborted snapshot or one in progress elsewhere.
+	newer []manifestRef
+	// oldest is the lowest log id a kept manifest covers.
+	oldest message.MessageID
+}
+
+// remaining is the ids of the manifests retain leaves in the store.
+func (p retentionPlan) remaining() map[string]bool {
+	ids := map[string]bool{}
+	for _, k := range p.kept {
+		ids[k.ID] = true
+	}
+	for _, n := range p.newer {
+		ids[n.ID] = true
+	}
+	return ids
+}
+
+// planRetention lists the shard's manifests and sorts them into kept,
+// dropped and newer for ptr. ptr's own manifest must be in the store.
+func (s *Snapshotter) planRetention(ctx context.Context, ptr Pointer) (retentionPlan, error) {
+	shard := s.cfg.Shard
+	refs, err := listManifests(ctx, s.cfg.Store, shard)
+	if err != nil {
+		return retentionPlan{}, fmt.Errorf("snapshot: shard %s: retain: %w", shard, err)
+	}
+	var plan retentionPlan
+	var eligible []manifestRef
 	var own *manifestRef
 	for i := range refs {
 		r := refs[i]
@@ -54,68 +113,73 @@ func (s *Snapshotter) retain(ctx context.Context, ptr Pointer, log wal.WAL) (Ret
 		case uint64(r.Covers) <= ptr.LogID:
 			eligible = append(eligible, r)
 		default:
-			newer = append(newer, r)
+			plan.newer = append(plan.newer, r)
 		}
 	}
 	if own == nil {
-		return res, fmt.Errorf("snapshot: shard %s: retain: the pointer's manifest %s is not in the store", shard, ptr.Manifest)
+		return retentionPlan{}, fmt.Errorf("snapshot: shard %s: retain: the pointer's manifest %s is not in the store", shard, ptr.Manifest)
 	}
 	eligible = append([]manifestRef{*own}, eligible...)
-	kept := eligible[:min(s.cfg.Kept, len(eligible))]
-	drop := eligible[len(kept):]
-	oldest := kept[0].Covers
-	keptIDs := map[string]bool{}
-	for _, k := range kept {
-		res.Kept = append(res.Kept, k.ID)
-		keptIDs[k.ID] = true
-		oldest = min(oldest, k.Covers)
+	plan.kept = eligible[:min(s.cfg.Kept, len(eligible))]
+	plan.drop = eligible[len(plan.kept):]
+	plan.oldest = plan.kept[0].Covers
+	for _, k := range plan.kept {
+		plan.oldest = min(plan.oldest, k.Covers)
 	}
+	return plan, nil
+}
 
-	// Truncate the log before the oldest kept snapshot's first needed record.
-	if log != nil && oldest > 0 {
-		first := firstID(ctx, log)
-		cut := oldest + 1
-		err := log.Truncate(ctx, cut)
-		switch {
-		case errors.Is(err, errors.ErrUnsupported):
-			// The log cannot be truncated (an older server): it keeps
-			// growing, but a restore still replays only what follows the
-			// snapshot. Said once per snapshotter.
-			if !s.noTruncateWarned {
-				s.logger.Warn("the recovery log cannot be truncated; it keeps growing (snapshots still bound recovery)", "error", err)
-				s.noTruncateWarned = true
-			}
-			cut = 0
-		case err != nil:
-			return res, fmt.Errorf("snapshot: shard %s: truncate recovery log before %d: %w", shard, cut, err)
+// truncateLog truncates log before the oldest kept snapshot's first needed
+// record (plan.oldest + 1) and returns the id the log now starts at, or 0
+// when the log cannot be truncated (errors.ErrUnsupported: warned once per
+// snapshotter, not an error).
+func (s *Snapshotter) truncateLog(ctx context.Context, log wal.WAL, plan retentionPlan) (message.MessageID, error) {
+	shard := s.cfg.Shard
+	first := firstID(ctx, log)
+	cut := plan.oldest + 1
+	err := log.Truncate(ctx, cut)
+	switch {
+	case errors.Is(err, errors.ErrUnsupported):
+		// The log cannot be truncated (an older server): it keeps
+		// growing, but a restore still replays only what follows the
+		// snapshot. Said once per snapshotter.
+		if !s.noTruncateWarned {
+			s.logger.Warn("the recovery log cannot be truncated; it keeps growing (snapshots still bound recovery)", "error", err)
+			s.noTruncateWarned = true
 		}
-		res.TruncatedBefore = cut
-		if cut > 0 && first > 0 && cut > first {
-			truncatedMessages.WithLabelValues(shard).Add(float64(cut - first))
-		}
-		s.logger.Debug("recovery log truncated", "before", cut, "oldest_kept", kept[len(kept)-1].ID)
+		cut = 0
+	case err != nil:
+		return 0, fmt.Errorf("snapshot: shard %s: truncate recovery log before %d: %w", shard, cut, err)
 	}
-	if err := s.hook(StepTruncate); err != nil {
-		return res, err
+	if cut > 0 && first > 0 && cut > first {
+		truncatedMessages.WithLabelValues(shard).Add(float64(cut - first))
 	}
+	s.logger.Debug("recovery log truncated", "before", cut, "oldest_kept", plan.kept[len(plan.kept)-1].ID)
+	return cut, nil
+}
 
-	// Drop older manifests, then their non-SST files.
+// deleteManifests deletes the manifests drop from the store, counting them
+// in res.
+func (s *Snapshotter) deleteManifests(ctx context.Context, drop []manifestRef, res *RetainResult) error {
 	for _, d := range drop {
-		if err := st.Delete(ctx, d.Name); err != nil {
-			return res, fmt.Errorf("snapshot: shard %s: delete manifest: %w", shard, err)
+		if err := s.cfg.Store.Delete(ctx, d.Name); err != nil {
+			return fmt.Errorf("snapshot: shard %s: delete manifest: %w", s.cfg.Shard, err)
 		}
 		res.DeletedManifests++
 	}
-	remaining := map[string]bool{}
-	for _, k := range kept {
-		remaining[k.ID] = true
-	}
-	for _, n := range newer {
-		remaining[n.ID] = true
-	}
+	return nil
+}
+
+// deleteSnapshotFiles deletes the non-SST files of snapshots no remaining
+// manifest names, counting them in res. Files of a snapshot covering a
+// later log id than plan.oldest (possibly one in progress elsewhere), and
+// objects whose snapshot id does not parse (not ours), stay.
+func (s *Snapshotter) deleteSnapshotFiles(ctx context.Context, plan retentionPlan, res *RetainResult) error {
+	shard, st := s.cfg.Shard, s.cfg.Store
+	remaining := plan.remaining()
 	fileObjs, err := st.List(ctx, shard+"/files/")
 	if err != nil {
-		return res, fmt.Errorf("snapshot: shard %s: list files: %w", shard, err)
+		return fmt.Errorf("snapshot: shard %s: list files: %w", shard, err)
 	}
 	for _, o := range fileObjs {
 		rest := strings.TrimPrefix(o.Name, shard+"/files/")
@@ -124,24 +188,30 @@ func (s *Snapshotter) retain(ctx context.Context, ptr Pointer, log wal.WAL) (Ret
 			continue
 		}
 		covers, err := parseID(id)
-		if err != nil || covers > oldest {
+		if err != nil || covers > plan.oldest {
 			continue // not ours, or possibly a snapshot in progress elsewhere
 		}
 		if err := st.Delete(ctx, o.Name); err != nil {
-			return res, fmt.Errorf("snapshot: shard %s: %w", shard, err)
+			return fmt.Errorf("snapshot: shard %s: %w", shard, err)
 		}
 		res.DeletedFiles++
 		res.DeletedBytes += o.Size
 	}
+	return nil
+}
 
-	// SSTs named by no remaining manifest. If any remaining manifest cannot
-	// be read, its files are unknown: keep every SST this round.
+// collectSSTs deletes the SSTs named by none of the remaining manifests
+// (their ids), counting them in res. If any remaining manifest cannot be
+// read, its files are unknown: it keeps every SST this round (a warning,
+// not an error).
+func (s *Snapshotter) collectSSTs(ctx context.Context, remaining map[string]bool, res *RetainResult) error {
+	shard, st := s.cfg.Shard, s.cfg.Store
 	named := map[string]bool{}
 	for id := range remaining {
 		m, err := LoadManifest(ctx, st, ManifestName(shard, id))
 		if err != nil {
 			s.logger.Warn("cannot read a retained manifest; skipping SST collection", "manifest", ManifestName(shard, id), "error", err)
-			return res, nil
+			return nil
 		}
 		for _, f := range m.Files {
 			named[f.Object] = true
@@ -149,22 +219,19 @@ func (s *Snapshotter) retain(ctx context.Context, ptr Pointer, log wal.WAL) (Ret
 	}
 	ssts, err := st.List(ctx, sstPrefix(shard))
 	if err != nil {
-		return res, fmt.Errorf("snapshot: shard %s: list SSTs: %w", shard, err)
+		return fmt.Errorf("snapshot: shard %s: list SSTs: %w", shard, err)
 	}
 	for _, o := range ssts {
 		if named[o.Name] {
 			continue
 		}
 		if err := st.Delete(ctx, o.Name); err != nil {
-			return res, fmt.Errorf("snapshot: shard %s: %w", shard, err)
+			return fmt.Errorf("snapshot: shard %s: %w", shard, err)
 		}
 		res.DeletedFiles++
 		res.DeletedBytes += o.Size
 	}
-	if res.DeletedManifests > 0 || res.DeletedFiles > 0 {
-		s.logger.Debug("snapshots collected", "manifests", res.DeletedManifests, "files", res.DeletedFiles, "bytes", res.DeletedBytes)
-	}
-	return res, nil
+	return nil
 }
 
 // firstID is the id of the first message the log retains, or 0 if unknown.

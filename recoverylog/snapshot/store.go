@@ -57,7 +57,7 @@ type Store interface {
 // at Put and verifies the content against it as it is read (JetStreamStore:
 // nats.go's object store does both). Restore then checks only that the
 // recorded digest is the manifest's, instead of hashing every byte again
-// (in the recovery bench, restores went from 324 to 425-446 MB/s).
+// (hashing on the restore path slows every restore).
 type digestStore interface {
 	// GetSHA256 opens the named object for reading, as Get, once it checked
 	// that the store recorded sum (hex SHA-256) for it; reading it to its

@@ -247,65 +247,20 @@ func (s *Snapshotter) Take(ctx context.Context, src Source) (res *Result, err er
 		LogID: uint64(pos.LogID), Position: fromPosition(pos), Created: time.Now().UTC(),
 	}
 	res = &Result{Manifest: m, Compacted: comp.ran, CompactDuration: comp.took}
-	for _, name := range files {
-		f, uploaded, err := s.uploadFile(ctx, dir, name, id)
-		if err != nil {
-			return nil, err
-		}
-		m.Files = append(m.Files, f)
-		isSST := strings.HasSuffix(name, ".sst")
-		if isSST {
-			res.SSTBytes += f.Size
-		}
-		if uploaded {
-			res.UploadedBytes += f.Size
-			res.UploadedFiles++
-			snapshotUploadedBytes.WithLabelValues(shard).Add(float64(f.Size))
-		} else {
-			res.ReusedBytes += f.Size
-			res.ReusedFiles++
-			snapshotReusedFiles.WithLabelValues(shard).Inc()
-		}
-		if err := s.hook(StepUpload); err != nil {
-			return nil, err
-		}
+	if err := s.uploadFiles(ctx, dir, files, m, res); err != nil {
+		return nil, err
 	}
 	if err := m.Validate(); err != nil {
 		return nil, fmt.Errorf("snapshot: shard %s: checkpoint %s: %w", shard, dir, err)
 	}
-	// Every named object must still be there (a concurrent Retain of a
-	// deposed primary could have collected an SST we found present).
-	for _, f := range m.Files {
-		oi, err := s.cfg.Store.Stat(ctx, f.Object)
-		if err != nil {
-			return nil, fmt.Errorf("snapshot: shard %s: verify %s: %w", shard, f.Object, err)
-		}
-		if oi.Size != f.Size {
-			return nil, fmt.Errorf("snapshot: shard %s: verify %s: %d bytes in the store, want %d", shard, f.Object, oi.Size, f.Size)
-		}
-	}
-	enc := m.Encode()
-	if err := s.cfg.Store.Put(ctx, m.Name(), strings.NewReader(string(enc)), int64(len(enc))); err != nil {
-		return nil, fmt.Errorf("snapshot: shard %s: write manifest: %w", shard, err)
-	}
-	res.UploadedBytes += int64(len(enc))
-	snapshotUploadedBytes.WithLabelValues(shard).Add(float64(len(enc)))
-	if err := s.hook(StepManifest); err != nil {
+	if err := s.verifyObjects(ctx, m); err != nil {
 		return nil, err
 	}
-
-	if err := src.Recorder.CommitSnapshot(ctx, m.Name(), pos.LogID).Wait(ctx); err != nil {
-		return nil, fmt.Errorf("snapshot: shard %s: append snapshot record for %s: %w", shard, id, err)
-	}
-	if err := s.hook(StepRecord); err != nil {
+	if err := s.writeManifest(ctx, m, res); err != nil {
 		return nil, err
 	}
-
-	ptr := PointerOf(m)
-	if err := PublishPointer(ctx, s.cfg.Etcd, s.cfg.Prefix, shard, ptr, src.Guard); err != nil {
-		return nil, fmt.Errorf("snapshot: shard %s: %w", shard, err)
-	}
-	if err := s.hook(StepPointer); err != nil {
+	ptr, err := s.commit(ctx, src, m, pos)
+	if err != nil {
 		return nil, err
 	}
 	s.logger.Info("snapshot taken", "id", id, "log_id", m.LogID, "files", len(m.Files),
@@ -319,6 +274,88 @@ func (s *Snapshotter) Take(ctx context.Context, src Source) (res *Result, err er
 	res.Duration = time.Since(start)
 	snapshotDuration.Observe(res.Duration.Seconds())
 	return res, nil
+}
+
+// uploadFiles uploads the checkpoint's files (names in dir) for the
+// snapshot m, adding each to m.Files and counting it in res as uploaded or
+// reused (an SST the store holds already). It calls the StepUpload hook
+// after each file.
+func (s *Snapshotter) uploadFiles(ctx context.Context, dir string, files []string, m *Manifest, res *Result) error {
+	shard := s.cfg.Shard
+	for _, name := range files {
+		f, uploaded, err := s.uploadFile(ctx, dir, name, m.ID)
+		if err != nil {
+			return err
+		}
+		m.Files = append(m.Files, f)
+		if strings.HasSuffix(name, ".sst") {
+			res.SSTBytes += f.Size
+		}
+		if uploaded {
+			res.UploadedBytes += f.Size
+			res.UploadedFiles++
+			snapshotUploadedBytes.WithLabelValues(shard).Add(float64(f.Size))
+		} else {
+			res.ReusedBytes += f.Size
+			res.ReusedFiles++
+			snapshotReusedFiles.WithLabelValues(shard).Inc()
+		}
+		if err := s.hook(StepUpload); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// verifyObjects checks that every object m names is in the store with its
+// size: a concurrent Retain of a deposed primary could have collected an
+// SST uploadFile found present.
+func (s *Snapshotter) verifyObjects(ctx context.Context, m *Manifest) error {
+	shard := s.cfg.Shard
+	for _, f := range m.Files {
+		oi, err := s.cfg.Store.Stat(ctx, f.Object)
+		if err != nil {
+			return fmt.Errorf("snapshot: shard %s: verify %s: %w", shard, f.Object, err)
+		}
+		if oi.Size != f.Size {
+			return fmt.Errorf("snapshot: shard %s: verify %s: %d bytes in the store, want %d", shard, f.Object, oi.Size, f.Size)
+		}
+	}
+	return nil
+}
+
+// writeManifest stores m, counts its bytes in res as uploaded, and calls
+// the StepManifest hook.
+func (s *Snapshotter) writeManifest(ctx context.Context, m *Manifest, res *Result) error {
+	shard := s.cfg.Shard
+	enc := m.Encode()
+	if err := s.cfg.Store.Put(ctx, m.Name(), strings.NewReader(string(enc)), int64(len(enc))); err != nil {
+		return fmt.Errorf("snapshot: shard %s: write manifest: %w", shard, err)
+	}
+	res.UploadedBytes += int64(len(enc))
+	snapshotUploadedBytes.WithLabelValues(shard).Add(float64(len(enc)))
+	return s.hook(StepManifest)
+}
+
+// commit makes the stored snapshot m (of position pos) the shard's: a
+// Snapshot record through src.Recorder, then the etcd pointer (guarded by
+// src.Guard), each followed by its hook. It returns the pointer.
+func (s *Snapshotter) commit(ctx context.Context, src Source, m *Manifest, pos recoverylog.Position) (Pointer, error) {
+	shard := s.cfg.Shard
+	if err := src.Recorder.CommitSnapshot(ctx, m.Name(), pos.LogID).Wait(ctx); err != nil {
+		return Pointer{}, fmt.Errorf("snapshot: shard %s: append snapshot record for %s: %w", shard, m.ID, err)
+	}
+	if err := s.hook(StepRecord); err != nil {
+		return Pointer{}, err
+	}
+	ptr := PointerOf(m)
+	if err := PublishPointer(ctx, s.cfg.Etcd, s.cfg.Prefix, shard, ptr, src.Guard); err != nil {
+		return Pointer{}, fmt.Errorf("snapshot: shard %s: %w", shard, err)
+	}
+	if err := s.hook(StepPointer); err != nil {
+		return Pointer{}, err
+	}
+	return ptr, nil
 }
 
 // checkpoint creates a checkpoint of db in dir and returns its files (sorted)

@@ -22,6 +22,7 @@ import (
 	"github.com/consumerd/consumerd/examples/wordcount"
 	"github.com/consumerd/consumerd/internal/etcdtest"
 	"github.com/consumerd/consumerd/internal/rockstest"
+	"github.com/consumerd/consumerd/internal/waitfor"
 	"github.com/consumerd/consumerd/recoverylog"
 	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/topic"
@@ -34,23 +35,12 @@ import (
 // WaitTimeout bounds every Eventually.
 const WaitTimeout = 30 * time.Second
 
-// Eventually polls cond until it holds or the deadline passes; the last
-// explanation cond gave is reported on failure.
+// Eventually polls cond until it holds, failing t after WaitTimeout with
+// what and the last explanation cond gave: waitfor.Until, with the kit's
+// timeout.
 func Eventually(t testing.TB, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(WaitTimeout)
-	var why string
-	for {
-		ok, w := cond()
-		if ok {
-			return
-		}
-		why = w
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s: %s", what, why)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitfor.Until(t, WaitTimeout, what, cond)
 }
 
 // Cluster is one test's cluster: an embedded etcd, a WAL backend, and the

@@ -119,9 +119,9 @@ func (w *walImpl) checkSize(m *nats.Msg) error {
 	if max <= 0 {
 		return nil
 	}
-	// The common case without walking the header map once more (a tenth of
-	// a second per million outputs): headers JetStream accepts cannot push
-	// a payload this small over max_payload; larger ones it refuses itself.
+	// The common case without walking the header map once more (a cost paid
+	// per append): headers JetStream accepts cannot push a payload this
+	// small over max_payload; larger ones it refuses itself.
 	if int64(len(m.Data))+jsMaxHeaders <= max {
 		return nil
 	}

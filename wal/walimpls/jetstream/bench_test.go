@@ -190,7 +190,7 @@ func BenchmarkAppend(b *testing.B) {
 
 // Message counts of the benchmarks on other set-ups, each about 2 s or more
 // a side on a 2-core machine: a 3-node cluster, and an fsync per append
-// batch (some 4,000 appends/s).
+// batch (far slower, hence far fewer messages).
 const (
 	benchR3Msgs   = 200000
 	benchSyncMsgs = 10000

@@ -6,6 +6,7 @@ import (
 
 	"github.com/consumerd/consumerd/internal/embednats"
 	"github.com/consumerd/consumerd/internal/natstest"
+	"github.com/consumerd/consumerd/internal/waitfor"
 	"github.com/consumerd/consumerd/wal/walimpls"
 	"github.com/consumerd/consumerd/wal/walimpls/jetstream"
 )
@@ -23,13 +24,9 @@ func TestConnectionInfo(t *testing.T) {
 		t.Fatalf("connected %v to %q, want true and %q", ci.Connected(), ci.ConnectedURL(), srv.URL())
 	}
 	srv.Shutdown()
-	deadline := time.Now().Add(10 * time.Second)
-	for ci.Connected() {
-		if time.Now().After(deadline) {
-			t.Fatal("still connected 10s after the server shut down")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitfor.Until(t, 10*time.Second, "the opener to see the server shut down", func() (bool, string) {
+		return !ci.Connected(), "still connected"
+	})
 	if u := ci.ConnectedURL(); u != "" {
 		t.Errorf("ConnectedURL %q while disconnected, want \"\"", u)
 	}

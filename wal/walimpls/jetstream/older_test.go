@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/consumerd/consumerd/internal/freeport"
+	"github.com/consumerd/consumerd/internal/waitfor"
 	"github.com/consumerd/consumerd/wal/walimpls"
 	"github.com/consumerd/consumerd/wal/walimpls/jetstream"
 	"github.com/consumerd/consumerd/wal/walimpls/walimplstest"
@@ -39,18 +40,14 @@ func TestConformanceOlderServer(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	waitfor.Until(t, 10*time.Second, "nats-server "+version+" to listen", func() (bool, string) {
 		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
-		if err == nil {
-			c.Close()
-			break
+		if err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nats-server %s did not listen: %v", version, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		c.Close()
+		return true, ""
+	})
 	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)

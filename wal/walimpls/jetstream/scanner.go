@@ -90,8 +90,8 @@ func (w *walImpl) Read(ctx context.Context, opt walimpls.ReadOption) (_ walimpls
 		next:   next,
 	}
 	// Consume, not Messages: nats.go's MessagesContext.Next arms a fresh
-	// heartbeat timer (time.AfterFunc) per message, 6% of a pass-through
-	// query's CPU; Consume keeps one timer per pull and resets it.
+	// heartbeat timer (time.AfterFunc) per message, a cost a pass-through
+	// query feels; Consume keeps one timer per pull and resets it.
 	//
 	// A short idle heartbeat: if a pull request is lost (e.g. sent before a
 	// cluster route learned of a just-created consumer), the missing

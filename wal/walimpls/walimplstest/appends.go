@@ -1,6 +1,7 @@
 package walimplstest
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"strconv"
@@ -19,11 +20,18 @@ type sent struct {
 	msg           message.MutableMessage
 }
 
+// The concurrent-appenders test: per channel, concAppenders goroutines
+// append concPerAppender messages each.
+const concAppenders, concPerAppender = 5, 100
+
+// testConcurrentAppenders appends from several goroutines to several
+// channels at once and checks, per channel, that every acknowledged append
+// reads back once, in id order, with each appender's messages in its order.
 func testConcurrentAppenders(t testing.TB, b walimpls.OpenerBuilderImpls) {
 	ctx := testCtx(t)
 	o := build(t, b)
 	defer o.Close()
-	const channels, appenders, perAppender = 3, 5, 100
+	const channels = 3
 	var wg sync.WaitGroup
 	for c := 0; c < channels; c++ {
 		wg.Add(1)
@@ -36,104 +44,142 @@ func testConcurrentAppenders(t testing.TB, b walimpls.OpenerBuilderImpls) {
 				return
 			}
 			defer w.Close()
-			var mu sync.Mutex
-			acked := make(map[message.MessageID]sent)
-			var awg sync.WaitGroup
-			for a := 0; a < appenders; a++ {
-				awg.Add(1)
-				go func() {
-					defer awg.Done()
-					var last message.MessageID
-					for i := 0; i < perAppender; i++ {
-						m := message.MutableMessage{
-							Key:        fmt.Sprintf("key-%d-%d", a, i),
-							Payload:    []byte(fmt.Sprintf("%s|%d|%d|\x00\xff", ch, a, i)),
-							Properties: map[string]string{"appender": strconv.Itoa(a), "seq": strconv.Itoa(i), "channel": ch},
-						}
-						id, err := w.Append(ctx, m)
-						if err != nil {
-							t.Errorf("Append %q appender %d seq %d: %v", ch, a, i, err)
-							return
-						}
-						if id <= last {
-							t.Errorf("%q appender %d: id %d not above its previous %d", ch, a, id, last)
-						}
-						last = id
-						mu.Lock()
-						if prev, dup := acked[id]; dup {
-							t.Errorf("%q: id %d acknowledged twice (appender %d seq %d and appender %d seq %d)",
-								ch, id, prev.appender, prev.seq, a, i)
-						}
-						acked[id] = sent{a, i, m}
-						mu.Unlock()
-					}
-				}()
-			}
-			awg.Wait()
+			acked := appendConcurrently(t, ctx, w, ch)
 			if t.Failed() {
 				return
 			}
-			last, err := w.LastID(ctx)
-			if err != nil {
-				t.Errorf("LastID %q: %v", ch, err)
-				return
-			}
-			s, err := w.Read(ctx, walimpls.ReadOption{Name: "conformance", DeliverPolicy: walimpls.DeliverAll()})
-			if err != nil {
-				t.Errorf("Read %q: %v", ch, err)
-				return
-			}
-			defer s.Close()
-			seen := make(map[message.MessageID]bool)
-			nextSeq := make([]int, appenders)
-			var prev message.MessageID
-			timer := time.NewTimer(receiveTimeout)
-			defer timer.Stop()
-			for len(seen) < len(acked) {
-				select {
-				case m, ok := <-s.Chan():
-					if !ok {
-						t.Errorf("%q: scanner stopped after %d of %d messages: %v", ch, len(seen), len(acked), s.Error())
-						return
-					}
-					if m.ID <= prev {
-						t.Errorf("%q: id %d delivered after %d", ch, m.ID, prev)
-						return
-					}
-					prev = m.ID
-					if m.ID > last {
-						t.Errorf("%q: delivered id %d above LastID %d", ch, m.ID, last)
-					}
-					want, ok := acked[m.ID]
-					if !ok {
-						t.Errorf("%q: delivered id %d that no append acknowledged (payload %q)", ch, m.ID, m.Payload)
-						continue
-					}
-					seen[m.ID] = true
-					if m.Channel != ch || m.Key != want.msg.Key || string(m.Payload) != string(want.msg.Payload) ||
-						!maps.Equal(m.Properties, want.msg.Properties) {
-						t.Errorf("%q id %d: got channel %q key %q payload %q props %v; want key %q payload %q props %v",
-							ch, m.ID, m.Channel, m.Key, m.Payload, m.Properties, want.msg.Key, want.msg.Payload, want.msg.Properties)
-					}
-					if want.seq != nextSeq[want.appender] {
-						t.Errorf("%q: appender %d seq %d read at id %d, expected its seq %d first",
-							ch, want.appender, want.seq, m.ID, nextSeq[want.appender])
-					}
-					nextSeq[want.appender] = want.seq + 1
-				case <-timer.C:
-					t.Errorf("%q: stalled after %d of %d messages", ch, len(seen), len(acked))
+			checkConcurrentReadBack(t, ctx, w, ch, acked)
+		}()
+	}
+	wg.Wait()
+}
+
+// appendConcurrently appends concPerAppender messages from each of
+// concAppenders goroutines to w (channel ch) and returns what each
+// acknowledged id was. It reports (t.Errorf) a failed append, an id not
+// above its appender's previous one, and an id acknowledged twice.
+func appendConcurrently(t testing.TB, ctx context.Context, w walimpls.WALImpls, ch string) map[message.MessageID]sent {
+	var mu sync.Mutex
+	acked := make(map[message.MessageID]sent)
+	var wg sync.WaitGroup
+	for a := 0; a < concAppenders; a++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var last message.MessageID
+			for i := 0; i < concPerAppender; i++ {
+				m := message.MutableMessage{
+					Key:        fmt.Sprintf("key-%d-%d", a, i),
+					Payload:    []byte(fmt.Sprintf("%s|%d|%d|\x00\xff", ch, a, i)),
+					Properties: map[string]string{"appender": strconv.Itoa(a), "seq": strconv.Itoa(i), "channel": ch},
+				}
+				id, err := w.Append(ctx, m)
+				if err != nil {
+					t.Errorf("Append %q appender %d seq %d: %v", ch, a, i, err)
 					return
 				}
-			}
-			if len(acked) != appenders*perAppender {
-				t.Errorf("%q: %d appends acknowledged, want %d", ch, len(acked), appenders*perAppender)
-			}
-			if prev != last {
-				t.Errorf("%q: last delivered id %d, LastID %d", ch, prev, last)
+				if id <= last {
+					t.Errorf("%q appender %d: id %d not above its previous %d", ch, a, id, last)
+				}
+				last = id
+				mu.Lock()
+				if prev, dup := acked[id]; dup {
+					t.Errorf("%q: id %d acknowledged twice (appender %d seq %d and appender %d seq %d)",
+						ch, id, prev.appender, prev.seq, a, i)
+				}
+				acked[id] = sent{a, i, m}
+				mu.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
+	return acked
+}
+
+// checkConcurrentReadBack reads w (channel ch) from its start and reports
+// (t.Errorf) unless it delivers exactly the acknowledged appends acked, in
+// increasing id order up to LastID, each as appended and each appender's
+// in its order, within receiveTimeout.
+func checkConcurrentReadBack(t testing.TB, ctx context.Context, w walimpls.WALImpls, ch string, acked map[message.MessageID]sent) {
+	last, err := w.LastID(ctx)
+	if err != nil {
+		t.Errorf("LastID %q: %v", ch, err)
+		return
+	}
+	s, err := w.Read(ctx, walimpls.ReadOption{Name: "conformance", DeliverPolicy: walimpls.DeliverAll()})
+	if err != nil {
+		t.Errorf("Read %q: %v", ch, err)
+		return
+	}
+	defer s.Close()
+	rb := readBack{t: t, ch: ch, last: last, acked: acked, seen: map[message.MessageID]bool{}, nextSeq: make([]int, concAppenders)}
+	timer := time.NewTimer(receiveTimeout)
+	defer timer.Stop()
+	for len(rb.seen) < len(acked) {
+		select {
+		case m, ok := <-s.Chan():
+			if !ok {
+				t.Errorf("%q: scanner stopped after %d of %d messages: %v", ch, len(rb.seen), len(acked), s.Error())
+				return
+			}
+			if !rb.check(m) {
+				return
+			}
+		case <-timer.C:
+			t.Errorf("%q: stalled after %d of %d messages", ch, len(rb.seen), len(acked))
+			return
+		}
+	}
+	if len(acked) != concAppenders*concPerAppender {
+		t.Errorf("%q: %d appends acknowledged, want %d", ch, len(acked), concAppenders*concPerAppender)
+	}
+	if rb.prev != last {
+		t.Errorf("%q: last delivered id %d, LastID %d", ch, rb.prev, last)
+	}
+}
+
+// readBack is checkConcurrentReadBack's state: what was delivered so far.
+type readBack struct {
+	t     testing.TB
+	ch    string
+	last  message.MessageID // LastID before the read
+	acked map[message.MessageID]sent
+	seen  map[message.MessageID]bool
+	// nextSeq is, per appender, the seq its next delivered message must have.
+	nextSeq []int
+	prev    message.MessageID // the last delivered id
+}
+
+// check checks the delivered message m against what was appended and
+// delivered before it, reporting mismatches; it returns false when reading
+// on makes no sense (ids out of order).
+func (rb *readBack) check(m message.ImmutableMessage) bool {
+	t, ch := rb.t, rb.ch
+	if m.ID <= rb.prev {
+		t.Errorf("%q: id %d delivered after %d", ch, m.ID, rb.prev)
+		return false
+	}
+	rb.prev = m.ID
+	if m.ID > rb.last {
+		t.Errorf("%q: delivered id %d above LastID %d", ch, m.ID, rb.last)
+	}
+	want, ok := rb.acked[m.ID]
+	if !ok {
+		t.Errorf("%q: delivered id %d that no append acknowledged (payload %q)", ch, m.ID, m.Payload)
+		return true
+	}
+	rb.seen[m.ID] = true
+	if m.Channel != ch || m.Key != want.msg.Key || string(m.Payload) != string(want.msg.Payload) ||
+		!maps.Equal(m.Properties, want.msg.Properties) {
+		t.Errorf("%q id %d: got channel %q key %q payload %q props %v; want key %q payload %q props %v",
+			ch, m.ID, m.Channel, m.Key, m.Payload, m.Properties, want.msg.Key, want.msg.Payload, want.msg.Properties)
+	}
+	if want.seq != rb.nextSeq[want.appender] {
+		t.Errorf("%q: appender %d seq %d read at id %d, expected its seq %d first",
+			ch, want.appender, want.seq, m.ID, rb.nextSeq[want.appender])
+	}
+	rb.nextSeq[want.appender] = want.seq + 1
+	return true
 }
 
 func testIDsNeverReused(t testing.TB, b walimpls.OpenerBuilderImpls) {

@@ -1,4 +1,4 @@
-package nexmark
+package nexmarkcli
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/consumerd/consumerd/daemon"
+	"github.com/consumerd/consumerd/examples/nexmark"
 	"github.com/consumerd/consumerd/topic"
 	"github.com/consumerd/consumerd/wal/message"
 	"github.com/consumerd/consumerd/windows"
@@ -68,9 +69,9 @@ partition and message id. --skip-sources skips that, for big runs.`,
 
 // checkModel is the model the checker compares with: Query.Model. A test
 // replaces it to see that a wrong model fails the check.
-var checkModel = func(q Query, g Generator, events uint64) []string { return q.Model(g.Events(events)) }
+var checkModel = func(q nexmark.Query, g nexmark.Generator, events uint64) []string { return q.Model(g.Events(events)) }
 
-func check(ctx context.Context, c *daemon.Client, stdout io.Writer, qs []Query, f checkFlags) error {
+func check(ctx context.Context, c *daemon.Client, stdout io.Writer, qs []nexmark.Query, f checkFlags) error {
 	rec, err := loadRun(ctx, c)
 	if err != nil {
 		return err
@@ -101,7 +102,7 @@ func check(ctx context.Context, c *daemon.Client, stdout io.Writer, qs []Query, 
 	var differ []string
 	for i, q := range qs {
 		want := checkModel(q, g, rec.Events)
-		if d := Diff(rows[i], want); d != "" {
+		if d := nexmark.Diff(rows[i], want); d != "" {
 			fmt.Fprintf(stdout, "%s: differs from the model: %s\n", q.Name, d)
 			differ = append(differ, q.Name)
 			continue
@@ -235,7 +236,7 @@ func clip(s string, n int) string {
 // returns the rows. A row after a partition's end marks is an error naming
 // the partition and the row's message id. When ctx ends before every
 // partition is complete, the error names every incomplete partition.
-func followOutput(ctx context.Context, c *daemon.Client, q Query) ([]string, error) {
+func followOutput(ctx context.Context, c *daemon.Client, q nexmark.Query) ([]string, error) {
 	d, err := c.Topic(ctx, q.Output)
 	if err != nil {
 		return nil, fmt.Errorf("output topic: %w (run 'nexmark setup --queries %s')", err, q.Name)
@@ -365,7 +366,7 @@ func verifySources(ctx context.Context, c *daemon.Client, rec runRecord) (int, e
 		byTopic[d.Name] = d
 	}
 	g := rec.generator()
-	var ev Event
+	var ev nexmark.Event
 	var want []byte
 	for n := uint64(0); n < rec.Events; n++ {
 		g.Event(n, &ev)

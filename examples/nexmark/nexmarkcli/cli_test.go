@@ -1,4 +1,4 @@
-package nexmark
+package nexmarkcli
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/consumerd/consumerd/daemon"
+	"github.com/consumerd/consumerd/examples/nexmark"
 	"github.com/consumerd/consumerd/internal/etcdtest"
 	"github.com/consumerd/consumerd/internal/natstest"
 	"github.com/consumerd/consumerd/topic"
@@ -33,7 +34,7 @@ func newCliEnv(t *testing.T) *cliEnv {
 func (e *cliEnv) run(extra []daemon.Command, args ...string) (string, string, int) {
 	var out, errb bytes.Buffer
 	args = append(args, "--etcd.endpoints", e.etcd, "--wal.url", e.nats)
-	code := daemon.Run(e.t.Context(), args, daemon.Options{Name: "nexmark", Apps: Apps(), Commands: append(Commands(), extra...), Stdout: &out, Stderr: &errb})
+	code := daemon.Run(e.t.Context(), args, daemon.Options{Name: "nexmark", Apps: nexmark.Apps(), Commands: append(Commands(), extra...), Stdout: &out, Stderr: &errb})
 	return out.String(), errb.String(), code
 }
 
@@ -171,7 +172,7 @@ func TestCliGenerateResume(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newCliEnv(t)
 			e.ok("setup", "--partitions", "2", "--queries", "q0")
-			rec := runRecord{Events: events, Rate: 1000, Seed: 7, BaseTime: BaseTime}
+			rec := runRecord{Events: events, Rate: 1000, Seed: 7, BaseTime: nexmark.BaseTime}
 			e.with(func(ctx context.Context, c *daemon.Client) error {
 				if err := recordRun(ctx, c, rec); err != nil {
 					return err
@@ -186,7 +187,7 @@ func TestCliGenerateResume(t *testing.T) {
 				}
 				routed := map[topic.Partition]uint64{}
 				stopped := map[topic.Partition]bool{}
-				var ev Event
+				var ev nexmark.Event
 				g := rec.generator()
 				for n := uint64(0); n < events; n++ {
 					g.Event(n, &ev)
@@ -241,8 +242,8 @@ func TestCliCheck(t *testing.T) {
 	e.ok("generate", "--events", "500", "--rate", "1000")
 	e.fails(1, "q0: output incomplete after --timeout 300ms: nexmark-q0/0000: no watermark mark yet (0 rows)", "check", "--query", "q0", "--timeout", "300ms")
 
-	q0, _ := Lookup("q0")
-	g, _ := NewGenerator(1, 1000)
+	q0, _ := nexmark.Lookup("q0")
+	g, _ := nexmark.NewGenerator(1, 1000)
 	model := q0.Model(g.Events(500))
 	publish := func(rows []string, marks []windows.Mark) { publishTo(e, q0.Output, rows, marks) }
 	publish(model[:len(model)-1], []windows.Mark{{Sender: 0, Senders: 2, Time: windows.MaxTime}, {Sender: 1, Senders: 2, Time: 1436918405000}})
@@ -269,7 +270,7 @@ func TestCliCheck(t *testing.T) {
 	}
 
 	// q2's output exactly as the model says: exact, sources verified.
-	q2, _ := Lookup("q2")
+	q2, _ := nexmark.Lookup("q2")
 	publishTo(e, q2.Output, q2.Model(g.Events(500)), []windows.Mark{{Sender: 0, Senders: 1, Time: windows.MaxTime}})
 	out = e.ok("check", "--query", "q2")
 	if !strings.Contains(out, "sources: exact: 500 events and 6 end marks") || !strings.Contains(out, fmt.Sprintf("q2: exact: %d rows equal the model", len(q2.Model(g.Events(500))))) {
@@ -279,7 +280,7 @@ func TestCliCheck(t *testing.T) {
 	// A damaged input fails loudly, naming partition and message id; with
 	// --skip-sources the output alone is compared.
 	e.with(func(ctx context.Context, c *daemon.Client) error {
-		_, err := c.Publisher().PublishTo(ctx, topic.Partition{Topic: TopicBid, Index: 1}, message.MutableMessage{Key: "x", Payload: []byte("stranger")})
+		_, err := c.Publisher().PublishTo(ctx, topic.Partition{Topic: nexmark.TopicBid, Index: 1}, message.MutableMessage{Key: "x", Payload: []byte("stranger")})
 		return err
 	})
 	e.fails(1, "the source topics do not hold the recorded run (--events 500 --rate 1000 --seed 1 (base time 1436918400000)): nexmark-bid/0001 holds 1 messages after its end mark (message ids ", "check", "--query", "q2")

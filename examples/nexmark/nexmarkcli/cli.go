@@ -1,4 +1,4 @@
-package nexmark
+package nexmarkcli
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/consumerd/consumerd/daemon"
+	"github.com/consumerd/consumerd/examples/nexmark"
 	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/topic"
 )
@@ -26,7 +27,7 @@ func Commands() []daemon.Command {
 // queryNames are the registered queries' names, in query order.
 func queryNames() []string {
 	var names []string
-	for _, q := range queries {
+	for _, q := range nexmark.Queries() {
 		names = append(names, q.Name)
 	}
 	return names
@@ -35,22 +36,22 @@ func queryNames() []string {
 // selectQueries parses a --queries / --query value: "all", or names
 // separated by commas. An unknown name is a usage error listing the valid
 // ones.
-func selectQueries(flag, value string) ([]Query, error) {
+func selectQueries(flag, value string) ([]nexmark.Query, error) {
 	value = strings.TrimSpace(value)
 	if value == "" {
 		return nil, daemon.UsageError(fmt.Errorf("%s: give all or query names separated by commas (%s)", flag, strings.Join(queryNames(), ",")))
 	}
 	if value == "all" {
-		return Queries(), nil
+		return nexmark.Queries(), nil
 	}
-	var out []Query
+	var out []nexmark.Query
 	for _, name := range strings.Split(value, ",") {
 		name = strings.TrimSpace(name)
-		q, ok := Lookup(name)
+		q, ok := nexmark.Lookup(name)
 		if !ok {
 			return nil, daemon.UsageError(fmt.Errorf("%s: unknown query %q (this binary has: %s, or all)", flag, name, strings.Join(queryNames(), ", ")))
 		}
-		if !slices.ContainsFunc(out, func(o Query) bool { return o.Name == q.Name }) {
+		if !slices.ContainsFunc(out, func(o nexmark.Query) bool { return o.Name == q.Name }) {
 			out = append(out, q)
 		}
 	}
@@ -68,7 +69,7 @@ func setupCommand() daemon.Command {
 	return daemon.Command{
 		Use:   "setup [--partitions P] [--queries all|q0,q3,...] [--standbys N]",
 		Short: "Create the Nexmark source topics and, for each query, its topics and shards",
-		Long: `setup creates the source topics (` + strings.Join(SourceTopics, ", ") + `) with P
+		Long: `setup creates the source topics (` + strings.Join(nexmark.SourceTopics, ", ") + `) with P
 partitions, and for each selected query the topics between and after its stages
 (P partitions, or 1 for a stage that is a single partition by design) and the
 shards of each stage: one per partition of the stage's first input topic, each
@@ -77,7 +78,7 @@ existing topic with another partition count is an error naming it (a topic's
 partition count never changes: reset the cluster to change P). A different
 --standbys updates the shard specs.`,
 		Flags: func(fs *pflag.FlagSet) {
-			fs.IntVar(&f.partitions, "partitions", DefaultPartitions, "partitions of the source topics and of every query topic that is not single by design")
+			fs.IntVar(&f.partitions, "partitions", nexmark.DefaultPartitions, "partitions of the source topics and of every query topic that is not single by design")
 			fs.StringVar(&f.queries, "queries", "all", "queries to set up: all, or names separated by commas")
 			fs.IntVar(&f.standbys, "standbys", 1, "hot standbys of every shard")
 		},
@@ -111,7 +112,7 @@ type setupPlan struct {
 // partitions. A stage's shard count is the partition count of its first
 // input (App.Topics[0]), which must be a source topic or a topic of its
 // query: a shard reads the same partition of each of its inputs.
-func planSetup(qs []Query, n, standbys int) (setupPlan, error) {
+func planSetup(qs []nexmark.Query, n, standbys int) (setupPlan, error) {
 	var plan setupPlan
 	parts := map[string]int{}
 	add := func(d topic.Description, owner string) error {
@@ -125,7 +126,7 @@ func planSetup(qs []Query, n, standbys int) (setupPlan, error) {
 		plan.topics = append(plan.topics, d)
 		return nil
 	}
-	for _, name := range SourceTopics {
+	for _, name := range nexmark.SourceTopics {
 		if err := add(topic.Description{Name: name, Partitions: n}, "the generator"); err != nil {
 			return plan, err
 		}
@@ -156,7 +157,7 @@ func planSetup(qs []Query, n, standbys int) (setupPlan, error) {
 	return plan, nil
 }
 
-func setup(ctx context.Context, c *daemon.Client, stdout io.Writer, qs []Query, n, standbys int) error {
+func setup(ctx context.Context, c *daemon.Client, stdout io.Writer, qs []nexmark.Query, n, standbys int) error {
 	plan, err := planSetup(qs, n, standbys)
 	if err != nil {
 		return err
@@ -206,8 +207,8 @@ func (r runRecord) String() string {
 	return fmt.Sprintf("--events %d --rate %v --seed %d (base time %d)", r.Events, r.Rate, r.Seed, r.BaseTime)
 }
 
-func (r runRecord) generator() Generator {
-	return Generator{Seed: r.Seed, Rate: r.Rate, BaseTime: r.BaseTime}
+func (r runRecord) generator() nexmark.Generator {
+	return nexmark.Generator{Seed: r.Seed, Rate: r.Rate, BaseTime: r.BaseTime}
 }
 
 // runKey is where the run is recorded.
@@ -280,7 +281,7 @@ func decodeRun(key string, raw []byte) (runRecord, error) {
 // order; a missing one says to run setup.
 func sourceTopics(ctx context.Context, c *daemon.Client) ([]topic.Description, error) {
 	var out []topic.Description
-	for _, name := range SourceTopics {
+	for _, name := range nexmark.SourceTopics {
 		d, err := c.Topic(ctx, name)
 		if err != nil {
 			return nil, fmt.Errorf("source topic %s: %w (run 'nexmark setup' first)", name, err)
