@@ -7,9 +7,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/consumerd/consumerd/daemon/api"
 	"github.com/consumerd/consumerd/internal/etcdtest"
+	"github.com/consumerd/consumerd/internal/waitfor"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -31,7 +33,7 @@ func TestInvalidShardSpecIsNeverSilent(t *testing.T) {
 		fmt.Fprintf(&in, "the w%d\n", i)
 	}
 	c.ok(in.String(), "publish", "--topic", "words")
-	eventually(t, "every line counted", func() (bool, string) {
+	waitfor.Until(t, time.Minute, "every line counted", func() (bool, string) {
 		out, errs, _ := c.run("", "query", "--app", "wordcount", "--key", "the")
 		return out == fmt.Sprintf("%d\n", lines), out + errs
 	})
@@ -60,7 +62,7 @@ func TestInvalidShardSpecIsNeverSilent(t *testing.T) {
 	if _, err := cl.Put(t.Context(), "/consumerd/items/wordcount-0000", "junk"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "shards list to show wordcount-0000 INVALID", func() (bool, string) {
+	waitfor.Until(t, time.Minute, "shards list to show wordcount-0000 INVALID", func() (bool, string) {
 		out, errs, _ := c.run("", "shards", "list")
 		for _, l := range strings.Split(out, "\n") {
 			if strings.HasPrefix(l, "wordcount-0000 ") && strings.Contains(l, "INVALID: ") && strings.Contains(l, "invalid character 'j'") {
@@ -91,7 +93,7 @@ func TestInvalidShardSpecIsNeverSilent(t *testing.T) {
 	}
 	// Partial answers, when asked for, say they are partial.
 	want := strconv.Itoa(lines - held)
-	eventually(t, "a partial answer without wordcount-0000", func() (bool, string) {
+	waitfor.Until(t, time.Minute, "a partial answer without wordcount-0000", func() (bool, string) {
 		out, errs, code := c.run("", "query", "--app", "wordcount", "--key", "the", "--partial")
 		return code == 0 && out == want+"\n" && strings.Contains(errs, "WARNING (--partial)") && strings.Contains(errs, `"wordcount-0000": invalid`),
 			fmt.Sprintf("exit %d, %q, stderr %q; want %s", code, out, errs, want)
@@ -106,7 +108,7 @@ func TestInvalidShardSpecIsNeverSilent(t *testing.T) {
 	fix := t.TempDir() + "/fix.yaml"
 	writeFile(t, fix, "- id: wordcount-0000\n  app: wordcount\n  sources: [{topic: words, partition: 0}]\n")
 	c.ok("", "shards", "apply", "-f", fix)
-	eventually(t, "the exact count back after the fix", func() (bool, string) {
+	waitfor.Until(t, time.Minute, "the exact count back after the fix", func() (bool, string) {
 		out, errs, code := c.run("", "query", "--app", "wordcount", "--key", "the")
 		return code == 0 && out == fmt.Sprintf("%d\n", lines) && errs == "", fmt.Sprintf("exit %d, %q, stderr %q", code, out, errs)
 	})
@@ -130,7 +132,7 @@ func TestUndecodableAssignmentHeals(t *testing.T) {
 	if _, err := cl.Put(t.Context(), key, "junk"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the leader to replace the junk and the shard to be PRIMARY again", func() (bool, string) {
+	waitfor.Until(t, time.Minute, "the leader to replace the junk and the shard to be PRIMARY again", func() (bool, string) {
 		g, err := cl.Get(t.Context(), key)
 		if err != nil || len(g.Kvs) == 0 || string(g.Kvs[0].Value) == "junk" {
 			return false, fmt.Sprintf("%s: %v %v", key, g, err)
@@ -139,7 +141,7 @@ func TestUndecodableAssignmentHeals(t *testing.T) {
 		return st["wordcount-0000"] == "PRIMARY" && st["wordcount-0001"] == "PRIMARY", out
 	})
 	c.ok(strings.Repeat("the end\n", 30), "publish", "--topic", "words")
-	eventually(t, "exact counts", func() (bool, string) {
+	waitfor.Until(t, time.Minute, "exact counts", func() (bool, string) {
 		out, errs, _ := c.run("", "query", "--app", "wordcount", "--key", "the")
 		return out == "30\n", out + errs
 	})

@@ -15,6 +15,7 @@ import (
 	"github.com/consumerd/consumerd/internal/freeport"
 	"github.com/consumerd/consumerd/internal/natsconn"
 	"github.com/consumerd/consumerd/internal/natstest"
+	"github.com/consumerd/consumerd/internal/waitfor"
 	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/topic"
 	"github.com/consumerd/consumerd/wal"
@@ -31,7 +32,7 @@ import (
 func TestMemberWithAnotherNamespaceIsRefused(t *testing.T) {
 	c := newCLI(t)
 	c.serve()
-	eventually(t, "the first member to join (it records the namespace before)", func() (bool, string) {
+	waitfor.Until(t, time.Minute, "the first member to join (it records the namespace before)", func() (bool, string) {
 		out, errs, _ := c.run("", "members", "list")
 		return strings.Contains(out, "m1"), out + errs
 	})

@@ -20,7 +20,7 @@ import (
 	"github.com/consumerd/consumerd/daemon/api"
 	"github.com/consumerd/consumerd/examples/wordcount"
 	"github.com/consumerd/consumerd/internal/freeport"
-	"github.com/consumerd/consumerd/internal/retry"
+	"github.com/consumerd/consumerd/internal/waitfor"
 	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/topic"
 )
@@ -98,25 +98,6 @@ func lastValueApp() shard.App {
 	}
 }
 
-// eventually retries cond with backoff until it holds, for up to a minute.
-func eventually(t *testing.T, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	wait := retry.Policy{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond}.Start()
-	for {
-		ok, why := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s: %s", what, why)
-		}
-		if err := wait.Wait(t.Context(), nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 // serve runs one member in-process against c's etcd and NATS until the test
 // ends, and returns its HTTP base URL.
 func (c *harness) serve() string {
@@ -180,7 +161,7 @@ func (c *harness) statuses() (map[string]string, string) {
 // allPrimary waits until n shards are PRIMARY.
 func (c *harness) allPrimary(n int) {
 	c.t.Helper()
-	eventually(c.t, fmt.Sprintf("%d shards PRIMARY", n), func() (bool, string) {
+	waitfor.Until(c.t, time.Minute, fmt.Sprintf("%d shards PRIMARY", n), func() (bool, string) {
 		out, _, code := c.run("", "shards", "list", "-o", "json")
 		var rows []api.ShardRow
 		if code != 0 || json.Unmarshal([]byte(out), &rows) != nil {
@@ -266,11 +247,11 @@ func TestQueryBytesAndRouting(t *testing.T) {
 		return strings.Join(lines, "")
 	}
 	counts := map[string]string{"t\xff": "3", "t\xfe": "1", "t\xfd": "1", "t\xfc": "1", "t\xfb": "1", "t\xfa": "1"}
-	eventually(t, "wordcount to count six distinct tokens", func() (bool, string) {
+	waitfor.Until(t, time.Minute, "wordcount to count six distinct tokens", func() (bool, string) {
 		out, errs, _ := c.run("", "query", "--app", "wordcount", "--all", "--hex-keys")
 		return out == hexKeys(counts), out + errs
 	})
-	eventually(t, "lastvalue to hold every key", func() (bool, string) {
+	waitfor.Until(t, time.Minute, "lastvalue to hold every key", func() (bool, string) {
 		out, errs, _ := c.run("", "query", "--app", "lastvalue", "--all", "--hex-keys")
 		return out == hexKeys(kvs), fmt.Sprintf("%.300q %s", out, errs)
 	})

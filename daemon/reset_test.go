@@ -11,6 +11,7 @@ import (
 	"github.com/consumerd/consumerd/daemon/api"
 	"github.com/consumerd/consumerd/daemon/internal/connect"
 	"github.com/consumerd/consumerd/internal/natsconn"
+	"github.com/consumerd/consumerd/internal/waitfor"
 	"github.com/consumerd/consumerd/recoverylog"
 	"github.com/consumerd/consumerd/wal"
 )
@@ -28,7 +29,7 @@ func TestShardsResetAfterLostLog(t *testing.T) {
 	c.allPrimary(2)
 	c.ok(strings.Repeat("the end\nthe start\n", 15), "publish", "--topic", "words")
 	counted := func(what string) {
-		eventually(t, what, func() (bool, string) {
+		waitfor.Until(t, time.Minute, what, func() (bool, string) {
 			out, errs, _ := c.run("", "query", "--app", "wordcount", "--key", "the")
 			return out == "30\n", out + errs
 		})
@@ -47,7 +48,7 @@ func TestShardsResetAfterLostLog(t *testing.T) {
 	}
 
 	c.serveDir(dir)
-	eventually(t, "wordcount-0000 FAILED, saying why and what to do", func() (bool, string) {
+	waitfor.Until(t, time.Minute, "wordcount-0000 FAILED, saying why and what to do", func() (bool, string) {
 		out := c.ok("", "shards", "list", "-o", "json")
 		var rows []api.ShardRow
 		if err := json.Unmarshal([]byte(out), &rows); err != nil {

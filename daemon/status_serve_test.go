@@ -11,6 +11,7 @@ import (
 	"github.com/consumerd/consumerd/daemon/api"
 	"github.com/consumerd/consumerd/daemon/internal/buildinfo"
 	"github.com/consumerd/consumerd/daemon/internal/htmltest"
+	"github.com/consumerd/consumerd/internal/waitfor"
 	"golang.org/x/net/html"
 )
 
@@ -43,7 +44,7 @@ func TestStatusPagesServed(t *testing.T) {
 	c.ok("the cat\nthe dog\na bird\n", "publish", "--topic", "words")
 
 	var st api.StatusResponse
-	eventually(t, "a primary's last commit in /v1/status", func() (bool, string) {
+	waitfor.Until(t, time.Minute, "a primary's last commit in /v1/status", func() (bool, string) {
 		st = api.StatusResponse{}
 		if code := httpJSON(t, base+"/v1/status", &st); code != http.StatusOK {
 			return false, fmt.Sprint(code)
