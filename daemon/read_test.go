@@ -37,18 +37,29 @@ func (w *watchBuffer) Write(p []byte) (int, error) {
 // waitFor waits until cond holds for the content written so far.
 func (w *watchBuffer) waitFor(t *testing.T, what string, cond func(string) bool) string {
 	t.Helper()
-	deadline := time.After(30 * time.Second)
+	s, ok := w.await(30*time.Second, cond)
+	if !ok {
+		t.Fatalf("timed out waiting for %s; output so far: %.2000q", what, s)
+	}
+	return s
+}
+
+// await waits up to timeout until cond holds for the content written so
+// far, and returns it: for goroutines other than the test's, which may not
+// call t.Fatal.
+func (w *watchBuffer) await(timeout time.Duration, cond func(string) bool) (string, bool) {
+	deadline := time.After(timeout)
 	for {
 		w.mu.Lock()
 		s, ch := w.b.String(), w.changed
 		w.mu.Unlock()
 		if cond(s) {
-			return s
+			return s, true
 		}
 		select {
 		case <-ch:
 		case <-deadline:
-			t.Fatalf("timed out waiting for %s; output so far: %.2000q", what, s)
+			return s, false
 		}
 	}
 }

@@ -197,16 +197,21 @@ func TestSnapshotStoreWaitsForNATS(t *testing.T) {
 	if _, _, err := connect.OpenSnapshotStore(t.Context(), "", url, "consumerd", 1, 0, natsconn.Security{}, hclog.NewNullLogger()); err == nil || !strings.Contains(err.Error(), "snapshot store") {
 		t.Fatalf("one try without NATS: %v, want an error naming the snapshot store", err)
 	}
+	logs := newWatchBuffer()
 	started := make(chan *embednats.Server, 1)
 	go func() { // owned by the test: started once, shut down at its end
-		time.Sleep(time.Second) // NATS comes up a second after serve started waiting
+		// NATS comes up once serve has tried and said it waits.
+		if _, ok := logs.await(30*time.Second, func(s string) bool { return strings.Contains(s, "snapshot store not reachable yet") }); !ok {
+			t.Error("OpenSnapshotStore never said it waits for NATS")
+		}
 		s, err := embednats.Start(embednats.Config{Port: port, StoreDir: t.TempDir()})
 		if err != nil {
 			t.Error(err)
 		}
 		started <- s
 	}()
-	st, closeStore, err := connect.OpenSnapshotStore(t.Context(), "", url, "consumerd", 1, time.Minute, natsconn.Security{}, hclog.NewNullLogger())
+	log := hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Warn})
+	st, closeStore, err := connect.OpenSnapshotStore(t.Context(), "", url, "consumerd", 1, time.Minute, natsconn.Security{}, log)
 	s := <-started
 	if s != nil {
 		defer s.Shutdown()

@@ -19,6 +19,7 @@ import (
 	"github.com/consumerd/consumerd/internal/etcdtest"
 	"github.com/consumerd/consumerd/internal/freeport"
 	"github.com/consumerd/consumerd/internal/natstest"
+	"github.com/consumerd/consumerd/internal/waitfor"
 	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/topic"
 )
@@ -251,12 +252,10 @@ func TestPublishSilentNATS(t *testing.T) {
 	if _, err := lines.Write([]byte("b\n")); err != nil {
 		t.Fatal(err)
 	}
-	for c.topics()["t"].Messages[0] < 2 { // b acknowledged: the connection works
-		if time.Since(start) > timeout {
-			t.Fatalf("line b not stored within %s", timeout)
-		}
-		time.Sleep(50 * time.Millisecond) // poll interval
-	}
+	waitfor.Until(t, timeout, "line b stored (the connection works)", func() (bool, string) {
+		n := c.topics()["t"].Messages[0]
+		return n >= 2, fmt.Sprintf("%d messages", n)
+	})
 	hole.Cut()
 	_, _ = lines.Write([]byte("c\n"))
 	_ = lines.Close()
