@@ -25,6 +25,8 @@ type (
 	Batch       = walimpls.Batch
 	BatchResult = walimpls.BatchResult
 	Marker      = walimpls.Marker
+	// Bounds is what a channel holds and which life of it this is.
+	Bounds = walimpls.Bounds
 )
 
 // ErrTransient wraps a scanner's backend failure that is not final (a lost
@@ -189,6 +191,10 @@ type WAL interface {
 	// LastID is the id of the last visible message, or 0. It never goes
 	// down while the channel exists (walimpls.WALImpls.LastID).
 	LastID(ctx context.Context) (message.MessageID, error)
+	// Bounds is what the channel holds now and which life of it this is
+	// (walimpls.Bounds): a reader checks with it that the position it
+	// recorded is still in the channel.
+	Bounds(ctx context.Context) (Bounds, error)
 	// Truncate removes every message before id.
 	Truncate(ctx context.Context, id message.MessageID) error
 	// AppendBatch stores b's messages and marker all or nothing, if the

@@ -207,6 +207,22 @@ func (w *walAdaptor) LastID(ctx context.Context) (message.MessageID, error) {
 	return id, nil
 }
 
+func (w *walAdaptor) Bounds(ctx context.Context) (Bounds, error) {
+	if err := w.beginOp("bounds of"); err != nil {
+		return Bounds{}, err
+	}
+	var b Bounds
+	err := w.do(ctx, "bounds of "+w.channel, func() error {
+		var err error
+		b, err = w.impl.Bounds(ctx)
+		return err
+	})
+	if err != nil {
+		return Bounds{}, fmt.Errorf("wal: bounds of %q: %w", w.channel, err)
+	}
+	return b, nil
+}
+
 func (w *walAdaptor) Truncate(ctx context.Context, id message.MessageID) error {
 	if err := w.beginOp("truncate"); err != nil {
 		return err

@@ -122,6 +122,10 @@ type WALImpls interface {
 	// removed every message it is the last id removed), so a reader whose
 	// position is above LastID knows the channel lost messages.
 	LastID(ctx context.Context) (message.MessageID, error)
+	// Bounds is what the channel holds now and which life of it this is: a
+	// reader checks with it that a position it recorded is still in the
+	// channel (Bounds.Holds).
+	Bounds(ctx context.Context) (Bounds, error)
 	// Truncate removes every message with an id below id. Reads from a removed
 	// position then fail with ErrTruncated; DeliverAll starts at id (or the
 	// first message after it).
@@ -129,6 +133,32 @@ type WALImpls interface {
 	// Close releases the WAL. Appends after Close fail with an error wrapping
 	// ErrClosed. Scanners opened from it are closed.
 	Close()
+}
+
+// Bounds is what a channel holds now, and which life of it this is.
+type Bounds struct {
+	// Incarnation names this life of the channel: a channel removed and
+	// created again (a stream deleted and re-created, a topic re-created)
+	// has another, so a position recorded in one life is never taken for a
+	// position in another. It is stable across reopens, restarts and
+	// failovers of the backend. "" when the backend cannot tell lives apart.
+	Incarnation string
+	// First is the id a read of every retained message starts at: the id of
+	// the oldest message held, or Last+1 when none is held.
+	First message.MessageID
+	// Last is LastID: the id of the last message appended (0: none).
+	Last message.MessageID
+}
+
+// Holds reports whether a reader that consumed up to id (0: nothing) in
+// incarnation inc ("": not recorded) can go on after it without missing a
+// message or reading one twice: the channel is the same life (or either
+// incarnation is unknown), it did not lose messages at or before id (id <=
+// Last), and none after id was removed unread (id+1 >= First). Removals the
+// channel's owner made on purpose (Truncate, below a snapshot) are the
+// caller's to allow.
+func (b Bounds) Holds(id message.MessageID, inc string) bool {
+	return (inc == "" || b.Incarnation == "" || inc == b.Incarnation) && id <= b.Last && id+1 >= b.First
 }
 
 // ReadOption configures a backend scanner.

@@ -163,13 +163,20 @@ func (w *walImpl) fence(ctx context.Context) error {
 func (w *walImpl) LastID(ctx context.Context) (_ message.MessageID, err error) {
 	ctx, end := w.o.request(ctx)
 	defer end(&err)
+	return w.lastID(ctx, nil)
+}
+
+// lastID is LastID's answer; info, when not nil, is the stream's, read
+// under the same request.
+func (w *walImpl) lastID(ctx context.Context, info *jetstream.StreamInfo) (message.MessageID, error) {
 	raw, err := w.st.GetLastMsgForSubject(ctx, w.n.data)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		// No message left: none was ever appended, or Truncate removed them
 		// all. LastID must not go down, so it is then the last id removed.
-		info, err := w.st.Info(ctx)
-		if err != nil {
-			return 0, fmt.Errorf("jetstream: channel %q: last id: stream info: %w", w.n.channel, err)
+		if info == nil {
+			if info, err = w.st.Info(ctx); err != nil {
+				return 0, fmt.Errorf("jetstream: channel %q: last id: stream info: %w", w.n.channel, err)
+			}
 		}
 		if t := truncatedBelow(info.Config.Metadata); t > 1 {
 			return message.MessageID(t - 1), nil
@@ -180,6 +187,39 @@ func (w *walImpl) LastID(ctx context.Context) (_ message.MessageID, err error) {
 		return 0, fmt.Errorf("jetstream: channel %q: last id: %w", w.n.channel, err)
 	}
 	return message.MessageID(raw.Sequence), nil
+}
+
+// Bounds implements walimpls.WALImpls. The incarnation is the stream's
+// creation time, which a stream deleted and created again does not keep;
+// First is the first message on the data subject at or after the
+// truncation point (fence records share the stream's sequences but are not
+// messages).
+func (w *walImpl) Bounds(ctx context.Context) (_ walimpls.Bounds, err error) {
+	ctx, end := w.o.request(ctx)
+	defer end(&err)
+	info, err := w.st.Info(ctx)
+	if err != nil {
+		return walimpls.Bounds{}, fmt.Errorf("jetstream: channel %q: bounds: stream info: %w", w.n.channel, err)
+	}
+	b := walimpls.Bounds{Incarnation: info.Created.UTC().Format(time.RFC3339Nano)}
+	last, err := w.lastID(ctx, info)
+	if err != nil {
+		return walimpls.Bounds{}, err
+	}
+	b.Last, b.First = last, last+1
+	from := max(info.State.FirstSeq, truncatedBelow(info.Config.Metadata), 1)
+	if info.State.Msgs == 0 || from > uint64(last) {
+		return b, nil
+	}
+	first, err := w.st.GetMsg(ctx, from, jetstream.WithGetMsgSubject(w.n.data))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+	case err != nil:
+		return walimpls.Bounds{}, fmt.Errorf("jetstream: channel %q: bounds: first message: %w", w.n.channel, err)
+	default:
+		b.First = message.MessageID(first.Sequence)
+	}
+	return b, nil
 }
 
 // truncatedBelow reads the truncation point from stream metadata (0: none).

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/consumerd/consumerd/wal/message"
@@ -122,7 +123,8 @@ func (s *store) channel(name string) *channel {
 	c, ok := s.channels[name]
 	if !ok {
 		c = &channel{name: name, nextID: 1, firstID: 1, dedupe: make(map[string]message.MessageID),
-			markers: make(map[string]walimpls.Marker), notify: make(chan struct{})}
+			markers: make(map[string]walimpls.Marker), notify: make(chan struct{}),
+			incarnation: fmt.Sprintf("memory-%d", incarnations.Add(1))}
 		s.channels[name] = c
 	}
 	return c
@@ -154,7 +156,14 @@ type channel struct {
 	dedupe  map[string]message.MessageID
 	markers map[string]walimpls.Marker // last marker per chain (see batch.go)
 	notify  chan struct{}              // closed (and replaced) on every append and truncate
+	// incarnation names this life of the channel (walimpls.Bounds): one
+	// removed and created again has another.
+	incarnation string
 }
+
+// incarnations counts the channels created in the process, so that each
+// life of a channel has its own incarnation.
+var incarnations atomic.Uint64
 
 // wake must be called with c.mu held.
 func (c *channel) wake() {

@@ -156,6 +156,21 @@ func (w *wal) LastID(ctx context.Context) (message.MessageID, error) {
 	return w.ch.lastID, nil
 }
 
+// Bounds implements walimpls.WALImpls.
+func (w *wal) Bounds(ctx context.Context) (walimpls.Bounds, error) {
+	if w.isClosed() {
+		return walimpls.Bounds{}, fmt.Errorf("memory: bounds of %q: %w", w.ch.name, walimpls.ErrClosed)
+	}
+	c := w.ch
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b := walimpls.Bounds{Incarnation: c.incarnation, First: c.lastID + 1, Last: c.lastID}
+	if len(c.msgs) > 0 {
+		b.First = c.msgs[0].ID
+	}
+	return b, nil
+}
+
 func (w *wal) Truncate(ctx context.Context, id message.MessageID) error {
 	if w.isClosed() {
 		return fmt.Errorf("memory: truncate %q: %w", w.ch.name, walimpls.ErrClosed)
