@@ -9,6 +9,8 @@ import (
 	"text/tabwriter"
 	"unicode/utf8"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
 
@@ -90,12 +92,9 @@ func writeMemberTable(w io.Writer, rows []api.MemberRow) error {
 }
 
 func newShardsListCommand(prog cmdline.Program) *cobra.Command {
-	var cf connect.ClientFlags
-	var output string
-	cmd := &cobra.Command{
-		Use:   "list [-o table|json]",
-		Short: "List shards: status, primary, replicas, per-source lag",
-		Long: `list prints every shard: its status, its primary (zone/member), its replicas
+	return listCommand(listSpec{
+		short: "List shards: status, primary, replicas, per-source lag",
+		long: `list prints every shard: its status, its primary (zone/member), its replicas
 (zone/member:slot=STATE; slot 0 is the primary, the others hot standbys) and,
 per source channel, how far the primary is behind the channel's last message.
 STATUS is the primary's state, or what the shard lacks:
@@ -110,56 +109,46 @@ STATUS is the primary's state, or what the shard lacks:
   DISABLED    its spec says disable
   INVALID     its spec in etcd does not decode; the error says why. Write
               a valid spec with 'consumerd shards apply'`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := cmdline.CheckOutput(output); err != nil {
-				return err
-			}
-			ctx := cmd.Context()
-			cli, snap, err := connectAndLoad(ctx, &cf)
-			if err != nil {
-				return err
-			}
-			defer cli.Close()
-			rows := cluster.ShardRows(snap)
-			var opener wal.Opener
-			if len(rows) > 0 {
-				op, err := cf.OpenWAL(hclog.NewNullLogger(), 0)
-				if err != nil {
-					fmt.Fprintf(cmd.ErrOrStderr(), "note: %v; showing the lag the primaries report\n", err)
-				} else {
-					opener = op
-					defer op.Close()
-				}
-				hc, err := cf.HTTPClient(cf.DialTimeout)
-				if err != nil {
-					return err
-				}
-				lctx, cancel := context.WithTimeout(ctx, cf.DialTimeout)
-				cluster.FillLag(lctx, snap, rows, opener, hc, cmd.ErrOrStderr())
-				cancel()
-				hc.CloseIdleConnections() // its own transport: no keep-alive outlives the command
-			}
-			// Partitions no shard reads (a deleted shard, a hand-written
-			// spec): said on stderr, so the output keeps its shape.
-			if ts, err := topicsAt(cli, cf.EtcdPrefix).List(ctx); err != nil {
-				fmt.Fprintf(cmd.ErrOrStderr(), "WARNING: %v\n", err)
-			} else {
-				cluster.WarnUnread(cmd.ErrOrStderr(), ts, shard.Specs(snap))
-			}
-			if output == "json" {
-				return cmdline.WriteJSON(cmd.OutOrStdout(), rows)
-			}
-			if err := writeShardTable(cmd.OutOrStdout(), rows); err != nil {
-				return err
-			}
-			writeReplicaErrors(cmd.ErrOrStderr(), rows)
-			return nil
-		},
+		rows: shardListing,
+	})
+}
+
+// shardListing is `shards list`: the rows with each primary's lag, and on
+// stderr the partitions no shard reads (the output keeps its shape) and,
+// after a table, why each FAILED replica failed.
+func shardListing(ctx context.Context, l listing) (any, func(io.Writer) error, error) {
+	rows := cluster.ShardRows(l.snap)
+	if len(rows) > 0 {
+		var opener wal.Opener
+		op, err := l.cf.OpenWAL(hclog.NewNullLogger(), 0)
+		if err != nil {
+			fmt.Fprintf(l.stderr, "note: %v; showing the lag the primaries report\n", err)
+		} else {
+			opener = op
+			defer op.Close()
+		}
+		hc, err := l.cf.HTTPClient(l.cf.DialTimeout)
+		if err != nil {
+			return nil, nil, err
+		}
+		lctx, cancel := context.WithTimeout(ctx, l.cf.DialTimeout)
+		cluster.FillLag(lctx, l.snap, rows, opener, hc, l.stderr)
+		cancel()
+		hc.CloseIdleConnections() // its own transport: no keep-alive outlives the command
 	}
-	cf.Bind(cmd.Flags())
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
-	return cmd
+	if ts, err := topicsAt(l.cli, l.cf.EtcdPrefix).List(ctx); err != nil {
+		fmt.Fprintf(l.stderr, "WARNING: %v\n", err)
+	} else {
+		cluster.WarnUnread(l.stderr, ts, shard.Specs(l.snap))
+	}
+	table := func(w io.Writer) error {
+		if err := writeShardTable(w, rows); err != nil {
+			return err
+		}
+		writeReplicaErrors(l.stderr, rows)
+		return nil
+	}
+	return rows, table, nil
 }
 
 func newMembersCommand(prog cmdline.Program) *cobra.Command {
@@ -169,11 +158,41 @@ func newMembersCommand(prog cmdline.Program) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
+	cmd.AddCommand(listCommand(listSpec{
+		short: "List members: id, zone, endpoint, item limit, exiting, leader",
+		rows: func(_ context.Context, l listing) (any, func(io.Writer) error, error) {
+			rows := cluster.MemberRows(l.snap)
+			return rows, func(w io.Writer) error { return writeMemberTable(w, rows) }, nil
+		},
+	}))
+	return cmd
+}
+
+// listSpec is a `list [-o table|json]` command: its help and its rows.
+type listSpec struct {
+	short, long string
+	// rows returns what to print: v as JSON with -o json, else table.
+	rows func(ctx context.Context, l listing) (v any, table func(io.Writer) error, err error)
+}
+
+// listing is what a listing's rows are built from: the connection flags,
+// the etcd client, the keyspace read once, and stderr for warnings.
+type listing struct {
+	cf     *connect.ClientFlags
+	cli    *clientv3.Client
+	snap   allocator.Snapshot
+	stderr io.Writer
+}
+
+// listCommand builds the command of spec: it checks -o, connects, reads
+// the keyspace once and prints what spec.rows returns.
+func listCommand(spec listSpec) *cobra.Command {
 	var cf connect.ClientFlags
 	var output string
-	list := &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "list [-o table|json]",
-		Short: "List members: id, zone, endpoint, item limit, exiting, leader",
+		Short: spec.short,
+		Long:  spec.long,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := cmdline.CheckOutput(output); err != nil {
@@ -185,15 +204,17 @@ func newMembersCommand(prog cmdline.Program) *cobra.Command {
 				return err
 			}
 			defer cli.Close()
-			rows := cluster.MemberRows(snap)
-			if output == "json" {
-				return cmdline.WriteJSON(cmd.OutOrStdout(), rows)
+			v, table, err := spec.rows(ctx, listing{cf: &cf, cli: cli, snap: snap, stderr: cmd.ErrOrStderr()})
+			if err != nil {
+				return err
 			}
-			return writeMemberTable(cmd.OutOrStdout(), rows)
+			if output == "json" {
+				return cmdline.WriteJSON(cmd.OutOrStdout(), v)
+			}
+			return table(cmd.OutOrStdout())
 		},
 	}
-	cf.Bind(list.Flags())
-	list.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
-	cmd.AddCommand(list)
+	cf.Bind(cmd.Flags())
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
 	return cmd
 }

@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/consumerd/consumerd/allocator"
 	"github.com/consumerd/consumerd/daemon/internal/cluster"
 	"github.com/consumerd/consumerd/daemon/internal/clustertest"
 )
@@ -34,13 +32,7 @@ func TestShardTable(t *testing.T) {
 // the table: a pending restart with its time while its failure is there, a
 // given-up one with what to run.
 func TestRestartLines(t *testing.T) {
-	snap := clustertest.Snapshot()
-	snap.Assignments[2].ModRevision = 42 // wc-1's FAILED standby
-	at := time.Date(2026, 12, 2, 3, 4, 5, 0, time.UTC)
-	snap.Restarts = map[string]allocator.RestartRecord{
-		"wc-1": {Attempts: 1, MaxAttempts: 3, Failure: 42, Error: "boom", NotBefore: at, LastRestart: at.Add(-time.Minute)},
-		"wc-0": {Attempts: 3, MaxAttempts: 3, Failure: 7, Exhausted: true},
-	}
+	snap := clustertest.WithRestarts()
 	rows := cluster.ShardRows(snap)
 	var errs bytes.Buffer
 	writeReplicaErrors(&errs, rows)

@@ -79,49 +79,34 @@ count does nothing, with another count is an error.`,
 }
 
 func newTopicsListCommand(prog cmdline.Program) *cobra.Command {
-	var cf connect.ClientFlags
-	var output string
-	cmd := &cobra.Command{
-		Use:   "list [-o table|json]",
-		Short: "List topics: partitions, stored messages per partition, partitions no shard reads",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := cmdline.CheckOutput(output); err != nil {
-				return err
-			}
-			ctx := cmd.Context()
-			cli, snap, err := connectAndLoad(ctx, &cf)
-			if err != nil {
-				return err
-			}
-			defer cli.Close()
-			ts, err := topicsAt(cli, cf.EtcdPrefix).List(ctx)
-			if err != nil {
-				return err
-			}
-			unread := cluster.UnreadPartitions(ts, shard.Specs(snap))
-			rows := make([]api.TopicRow, 0, len(ts.ByName))
-			for _, n := range ts.Names() {
-				rows = append(rows, api.TopicRow{Name: n, Partitions: ts.ByName[n].Partitions, Unread: append([]int{}, unread[n]...)})
-			}
-			warn := cmd.ErrOrStderr()
-			if len(rows) > 0 {
-				if err := countMessages(ctx, cf, rows); err != nil {
-					fmt.Fprintf(warn, "WARNING: stored message counts unavailable: %v\n", err)
-				}
-			}
-			for _, err := range ts.Bad {
-				fmt.Fprintf(warn, "WARNING: %v\n", err)
-			}
-			if output == "json" {
-				return cmdline.WriteJSON(cmd.OutOrStdout(), rows)
-			}
-			return writeTopicTable(cmd.OutOrStdout(), rows)
-		},
+	return listCommand(listSpec{
+		short: "List topics: partitions, stored messages per partition, partitions no shard reads",
+		rows:  topicListing,
+	})
+}
+
+// topicListing is `topics list`: every topic with its stored messages per
+// partition (from the WAL; a warning when it cannot say) and the partitions
+// no shard reads; topic records that do not decode are warned about.
+func topicListing(ctx context.Context, l listing) (any, func(io.Writer) error, error) {
+	ts, err := topicsAt(l.cli, l.cf.EtcdPrefix).List(ctx)
+	if err != nil {
+		return nil, nil, err
 	}
-	cf.Bind(cmd.Flags())
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
-	return cmd
+	unread := cluster.UnreadPartitions(ts, shard.Specs(l.snap))
+	rows := make([]api.TopicRow, 0, len(ts.ByName))
+	for _, n := range ts.Names() {
+		rows = append(rows, api.TopicRow{Name: n, Partitions: ts.ByName[n].Partitions, Unread: append([]int{}, unread[n]...)})
+	}
+	if len(rows) > 0 {
+		if err := countMessages(ctx, *l.cf, rows); err != nil {
+			fmt.Fprintf(l.stderr, "WARNING: stored message counts unavailable: %v\n", err)
+		}
+	}
+	for _, err := range ts.Bad {
+		fmt.Fprintf(l.stderr, "WARNING: %v\n", err)
+	}
+	return rows, func(w io.Writer) error { return writeTopicTable(w, rows) }, nil
 }
 
 // countMessages fills each row's Messages from the WAL.

@@ -3,9 +3,7 @@ package cluster
 import (
 	"encoding/json"
 	"testing"
-	"time"
 
-	"github.com/consumerd/consumerd/allocator"
 	"github.com/consumerd/consumerd/daemon/internal/clustertest"
 )
 
@@ -40,13 +38,7 @@ func TestMemberRows(t *testing.T) {
 // RESTARTS line after the table: a pending restart with its time while its
 // failure is there, a given-up one with what to run.
 func TestShardRowsRestarts(t *testing.T) {
-	snap := clustertest.Snapshot()
-	snap.Assignments[2].ModRevision = 42 // wc-1's FAILED standby
-	at := time.Date(2026, 12, 2, 3, 4, 5, 0, time.UTC)
-	snap.Restarts = map[string]allocator.RestartRecord{
-		"wc-1": {Attempts: 1, MaxAttempts: 3, Failure: 42, Error: "boom", NotBefore: at, LastRestart: at.Add(-time.Minute)},
-		"wc-0": {Attempts: 3, MaxAttempts: 3, Failure: 7, Exhausted: true},
-	}
+	snap := clustertest.WithRestarts()
 	rows := ShardRows(snap)
 	if r := rows[1].Restarts; r == nil || r.NextAt != "2026-12-02T03:04:05Z" || r.Attempts != 1 || r.MaxAttempts != 3 || r.LastError != "boom" {
 		t.Fatalf("wc-1 restarts: %+v", r)

@@ -3,6 +3,8 @@
 package clustertest
 
 import (
+	"time"
+
 	"github.com/consumerd/consumerd/allocator"
 	"github.com/consumerd/consumerd/shard"
 )
@@ -31,4 +33,18 @@ func Snapshot() allocator.Snapshot {
 		InvalidItems: map[string]string{"wc-3": `shard spec "wc-3": bad`},
 		Leader:       "b/m2",
 	}
+}
+
+// WithRestarts is Snapshot with the leader's restart records: wc-1's FAILED
+// standby (ModRevision 42) is due for its second of 3 restarts at
+// 2026-12-02T03:04:05Z, and wc-0 gave up after 3.
+func WithRestarts() allocator.Snapshot {
+	snap := Snapshot()
+	snap.Assignments[2].ModRevision = 42 // wc-1's FAILED standby
+	at := time.Date(2026, 12, 2, 3, 4, 5, 0, time.UTC)
+	snap.Restarts = map[string]allocator.RestartRecord{
+		"wc-1": {Attempts: 1, MaxAttempts: 3, Failure: 42, Error: "boom", NotBefore: at, LastRestart: at.Add(-time.Minute)},
+		"wc-0": {Attempts: 3, MaxAttempts: 3, Failure: 7, Exhausted: true},
+	}
+	return snap
 }
