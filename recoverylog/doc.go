@@ -5,9 +5,10 @@
 //
 // Records (records.go) are binary and versioned, each sealed by a CRC32C
 // (Castagnoli) over its bytes:
-//   - Txn: one committed transaction — the RocksDB WriteBatch bytes, which
-//     hold the application's writes and the source read offsets
-//     (OffsetKey, PutOffset). A batch over DefaultChunkSize (900 KiB, under
+//   - Txn: one committed transaction — the RocksDB WriteBatch bytes (the
+//     format is package internal/writebatch's), which hold the
+//     application's writes and the source read offsets (OffsetKey,
+//     PutOffset). A batch over DefaultChunkSize (900 KiB, under
 //     JetStream's 1 MiB max_payload) is written as several chunk records
 //     (part i of n) that count only once the last one is read.
 //   - Fence: written by a new writer before its first Txn: term and author.

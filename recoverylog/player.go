@@ -2,7 +2,6 @@ package recoverylog
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -11,6 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/linxGnu/grocksdb"
 
+	"github.com/consumerd/consumerd/internal/writebatch"
 	"github.com/consumerd/consumerd/wal"
 	"github.com/consumerd/consumerd/wal/message"
 )
@@ -237,17 +237,17 @@ func notify(ch chan struct{}) {
 // disabled the write lands in one memtable, so state and position are lost
 // or kept together on a crash, and replay resumes from the stored position.
 //
-// A Txn's position put is appended to the serialized batch here, in place
-// when data has the room (the Recorder reserves it: txnTailRoom) — data's
-// bytes are the caller's to give up — so the batch is copied into RocksDB
-// once; a Put on the batch RocksDB made from it grew and copied the whole
-// batch again (a quarter of a second per million outputs in nexmark q0).
+// A Txn's position put is appended to the serialized batch here
+// (writebatch.AppendPut), in place when data has the room (the Recorder
+// reserves it: txnTailRoom) — data's bytes are the caller's to give up — so
+// the batch is copied into RocksDB once; a Put on the batch RocksDB made
+// from it would grow and copy the whole batch again.
 func applyToDB(db *grocksdb.DB, wo *grocksdb.WriteOptions, kind Kind, data []byte, pos Position) error {
 	var wb *grocksdb.WriteBatch
 	if kind == KindTxn {
-		full, err := appendBatchPut(data, PositionKey, EncodePosition(pos))
+		full, err := writebatch.AppendPut(data, PositionKey, EncodePosition(pos))
 		if err != nil {
-			return err
+			return fmt.Errorf("%w: txn batch: %w", ErrBadRecord, err)
 		}
 		wb = grocksdb.WriteBatchFrom(full)
 	} else {
@@ -261,34 +261,9 @@ func applyToDB(db *grocksdb.DB, wo *grocksdb.WriteOptions, kind Kind, data []byt
 	return nil
 }
 
-// A serialized WriteBatch (RocksDB's rep): a 12-byte header — sequence
-// (fixed64) and record count (fixed32), little-endian — then its records;
-// a Put in the default column family is the tag batchTagValue, then key and
-// value, each a varint32 length and its bytes.
-const (
-	batchHeaderLen = 12
-	batchTagValue  = 0x1
-)
-
 // txnTailRoom is the spare capacity a Txn's batch needs for its position
-// put (tag, two varint lengths, key, value).
-var txnTailRoom = 1 + 2*binary.MaxVarintLen32 + len(PositionKey) + positionLen
-
-// appendBatchPut appends Put(key, value) to the serialized batch data and
-// counts it in the header, reusing data's array when it has the room.
-func appendBatchPut(data, key, value []byte) ([]byte, error) {
-	if len(data) < batchHeaderLen {
-		return nil, fmt.Errorf("%w: txn batch of %d bytes is shorter than a WriteBatch header", ErrBadRecord, len(data))
-	}
-	data = append(data, batchTagValue)
-	data = binary.AppendUvarint(data, uint64(len(key)))
-	data = append(data, key...)
-	data = binary.AppendUvarint(data, uint64(len(value)))
-	data = append(data, value...)
-	count := binary.LittleEndian.Uint32(data[8:batchHeaderLen])
-	binary.LittleEndian.PutUint32(data[8:batchHeaderLen], count+1)
-	return data, nil
-}
+// put.
+var txnTailRoom = writebatch.PutLen(len(PositionKey), positionLen)
 
 // Handoff makes this replica the log's writer. Call it while Play runs;
 // it waits for CaughtUp first. It appends a Fence record (term, author)

@@ -2,9 +2,10 @@ package shard
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/consumerd/consumerd/internal/writebatch"
 )
 
 // ErrMergePending is returned (wrapped) by Shard.Get for a key with a Merge
@@ -15,12 +16,12 @@ import (
 var ErrMergePending = errors.New("shard: key has a pending merge operand")
 
 // overlay is a decoded view of one transaction's write batch, so Get can
-// read through writes not yet applied to the database. It parses the
-// batch's serialized form (RocksDB's WriteBatch rep) incrementally: the rep
-// only grows while the transaction is open.
+// read through writes not yet applied to the database. It reads the batch's
+// serialized form (RocksDB's WriteBatch rep, package writebatch)
+// incrementally: the rep only grows while the transaction is open.
 type overlay struct {
-	off     int // bytes of the rep already parsed (0: header not parsed)
-	seq     int // operations parsed
+	batch   writebatch.Reader
+	seq     int // writes read
 	entries map[string]overlayEntry
 	ranges  []overlayRange
 	err     error
@@ -50,132 +51,58 @@ const (
 
 func newOverlay() *overlay { return &overlay{entries: make(map[string]overlayEntry)} }
 
-const batchHeaderLen = 12 // 8-byte sequence + 4-byte count
-
-// update parses the records of rep that were appended since the last call.
-// rep is the batch's current serialized form (WriteBatch.Data).
+// update reads the records of rep that were appended since the last call.
+// rep is the batch's current serialized form (WriteBatch.Data). The first
+// error sticks.
 func (o *overlay) update(rep []byte) error {
 	if o.err != nil {
 		return o.err
 	}
-	if len(rep) < batchHeaderLen {
-		return nil
-	}
-	if o.off == 0 {
-		o.off = batchHeaderLen
-	}
-	if len(rep) < o.off {
-		o.err = fmt.Errorf("write batch shrank from %d to %d bytes (cleared or rolled back?)", o.off, len(rep))
+	if err := o.batch.Extend(rep); err != nil {
+		o.err = err
 		return o.err
 	}
-	data := rep[o.off:]
-	for len(data) > 0 {
-		n, err := o.parseRecord(data)
-		if err != nil {
-			o.err = fmt.Errorf("write batch record at byte %d: %w", o.off, err)
+	for o.batch.Next() {
+		if cf := o.batch.ColumnFamily(); cf != 0 {
+			o.err = fmt.Errorf("write batch record at byte %d: column family %d: only the default column family is supported",
+				o.batch.Offset(), cf)
 			return o.err
 		}
-		data = data[n:]
-		o.off += n
+		o.apply(o.batch.Kind(), o.batch.Key(), o.batch.Value())
+	}
+	if err := o.batch.Err(); err != nil {
+		o.err = err
+		return o.err
 	}
 	return nil
 }
 
-// parseRecord applies the first record of data and returns its length.
-func (o *overlay) parseRecord(data []byte) (int, error) {
-	tag := data[0]
-	p := 1
-	uvarint := func() (uint64, error) {
-		v, n := binary.Uvarint(data[p:])
-		if n <= 0 {
-			return 0, errors.New("bad varint")
-		}
-		p += n
-		return v, nil
+// apply records one record of the batch (see writebatch.Kind for what key
+// and value hold); consumerd's own keys are left out (ownPrefix).
+func (o *overlay) apply(kind writebatch.Kind, key, value []byte) {
+	switch kind {
+	case writebatch.LogData, writebatch.Noop: // not writes
+		return
 	}
-	slice := func() ([]byte, error) {
-		l, err := uvarint()
-		if err != nil {
-			return nil, err
+	o.seq++
+	switch kind {
+	case writebatch.Put:
+		if !ownKey(key) {
+			o.entries[string(key)] = overlayEntry{value: append([]byte(nil), value...), seq: o.seq}
 		}
-		if uint64(len(data)-p) < l {
-			return nil, errors.New("short record")
+	case writebatch.Merge:
+		if !ownKey(key) {
+			o.entries[string(key)] = overlayEntry{merge: true, seq: o.seq}
 		}
-		b := data[p : p+int(l)]
-		p += int(l)
-		return b, nil
-	}
-	cf := func() error {
-		id, err := uvarint()
-		if err != nil {
-			return err
-		}
-		if id != 0 {
-			return fmt.Errorf("column family %d: only the default column family is supported", id)
-		}
-		return nil
-	}
-	var key, val []byte
-	var err error
-	switch tag {
-	case 0x0, 0x7, 0x4, 0x8: // deletion, single deletion (+CF)
-		if tag == 0x4 || tag == 0x8 {
-			if err = cf(); err != nil {
-				return 0, err
-			}
-		}
-		if key, err = slice(); err != nil {
-			return 0, err
-		}
-		o.seq++
+	case writebatch.Delete, writebatch.SingleDelete:
 		if !ownKey(key) {
 			o.entries[string(key)] = overlayEntry{deleted: true, seq: o.seq}
 		}
-	case 0x1, 0x5, 0x2, 0x6: // value, merge (+CF)
-		if tag == 0x5 || tag == 0x6 {
-			if err = cf(); err != nil {
-				return 0, err
-			}
+	case writebatch.DeleteRange:
+		if !ownKey(key) || !ownKey(value) { // else it covers only consumerd's own keys
+			o.ranges = append(o.ranges, overlayRange{begin: string(key), end: string(value), seq: o.seq})
 		}
-		if key, err = slice(); err != nil {
-			return 0, err
-		}
-		if val, err = slice(); err != nil {
-			return 0, err
-		}
-		o.seq++
-		switch {
-		case ownKey(key):
-		case tag == 0x1 || tag == 0x5:
-			o.entries[string(key)] = overlayEntry{value: append([]byte(nil), val...), seq: o.seq}
-		default:
-			o.entries[string(key)] = overlayEntry{merge: true, seq: o.seq}
-		}
-	case 0xF, 0xE: // range deletion (+CF)
-		if tag == 0xE {
-			if err = cf(); err != nil {
-				return 0, err
-			}
-		}
-		if key, err = slice(); err != nil {
-			return 0, err
-		}
-		if val, err = slice(); err != nil {
-			return 0, err
-		}
-		o.seq++
-		if !ownKey(key) || !ownKey(val) { // else it covers only consumerd's own keys
-			o.ranges = append(o.ranges, overlayRange{begin: string(key), end: string(val), seq: o.seq})
-		}
-	case 0x3: // log data: not a write
-		if _, err = slice(); err != nil {
-			return 0, err
-		}
-	case 0xD: // noop
-	default:
-		return 0, fmt.Errorf("unsupported record type 0x%x", tag)
 	}
-	return p, nil
 }
 
 // ownPrefix begins consumerd's own keys in a shard database (offsets, the

@@ -3,6 +3,7 @@ package shard
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/linxGnu/grocksdb"
@@ -61,6 +62,27 @@ func TestOverlayAgainstRocksDB(t *testing.T) {
 	}
 	if res, _ := ov.lookup([]byte("b")); res != lookupDeleted {
 		t.Errorf("range-deleted key: %v", res)
+	}
+}
+
+// The overlay reads only the default column family: a write to another one
+// is an error, not a write Get would miss.
+func TestOverlayRejectsOtherColumnFamilies(t *testing.T) {
+	db := rockstest.Open(t)
+	opts := grocksdb.NewDefaultOptions()
+	defer opts.Destroy()
+	other, err := db.CreateColumnFamily(opts, "other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Destroy()
+	wb := grocksdb.NewWriteBatch()
+	defer wb.Destroy()
+	wb.Put([]byte("a"), []byte("1"))
+	wb.PutCF(other, []byte("b"), []byte("2"))
+	err = newOverlay().update(wb.Data())
+	if err == nil || !strings.Contains(err.Error(), "column family 1") {
+		t.Fatalf("a put to column family 1: %v", err)
 	}
 }
 
