@@ -26,6 +26,10 @@ var ErrChannelLost = walimpls.ErrChannelLost
 // LostError, re-exported: what a verifying scanner found.
 type LostError = walimpls.LostError
 
+// CheckPosition, re-exported: nil when Bounds hold a reader's position in
+// its incarnation, else a *LostError.
+var CheckPosition = walimpls.CheckPosition
+
 // Batch, BatchResult and Marker, re-exported from walimpls: atomic, chained
 // batches (see WAL.AppendBatch).
 type (

@@ -67,7 +67,7 @@ func (e *LostError) Reason() string {
 // Range renders what the channel holds now, for errors.
 func (e *LostError) Range() string {
 	if e.Gone {
-		return "no channel"
+		return "nothing (it does not exist)"
 	}
 	return RangeOf(e.Now)
 }
