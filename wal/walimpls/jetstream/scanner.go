@@ -39,43 +39,12 @@ func (w *walImpl) Read(ctx context.Context, opt walimpls.ReadOption) (_ walimpls
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: read channel %q: stream info: %w", w.n.channel, err)
 	}
-	trunc := truncatedBelow(info.Config.Metadata)
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{w.n.data}}
-	var next uint64 // first sequence the scanner must not skip past; 0 = unknown
-	startAt := func(seq uint64) error {
-		if seq < trunc {
-			return fmt.Errorf("jetstream: read channel %q from %d: messages below %d were removed: %w",
-				w.n.channel, seq, trunc, walimpls.ErrTruncated)
-		}
-		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
-		cfg.OptStartSeq = seq
-		next = seq
-		return nil
-	}
-	dp := opt.DeliverPolicy
-	switch dp.Kind {
-	case walimpls.DeliverKindAll:
-		from := max(trunc, 1)
-		if opt.Verify {
-			// From the first record held: nothing below it is a gap to check.
-			from = max(from, info.State.FirstSeq)
-		}
-		err = startAt(from)
-	case walimpls.DeliverKindLatest:
-		// After the last sequence the stream's leader reported, not
-		// DeliverNew: a consumer created on a replica that has not applied
-		// the latest appends yet would start below them and deliver history.
-		err = startAt(max(trunc, info.State.LastSeq+1))
-	case walimpls.DeliverKindStartFrom:
-		err = startAt(max(uint64(dp.ID), 1))
-	case walimpls.DeliverKindStartAfter:
-		err = startAt(uint64(dp.ID) + 1)
-	default:
-		err = fmt.Errorf("jetstream: read channel %q: unknown deliver policy kind %d", w.n.channel, dp.Kind)
-	}
+	next, err := w.startSeq(info, opt) // the first sequence the scanner must not skip past
 	if err != nil {
 		return nil, err
 	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{w.n.data},
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: next}
 	cons, err := w.st.OrderedConsumer(rctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: read channel %q: ordered consumer: %w", w.n.channel, err)
@@ -136,6 +105,37 @@ func (w *walImpl) Read(ctx context.Context, opt walimpls.ReadOption) (_ walimpls
 	w.mu.Unlock()
 	go s.run(consumerDone)
 	return s, nil
+}
+
+// startSeq is the stream sequence a scanner of opt starts at, from the
+// stream's info: ErrTruncated below the truncation point.
+func (w *walImpl) startSeq(info *jetstream.StreamInfo, opt walimpls.ReadOption) (uint64, error) {
+	trunc := truncatedBelow(info.Config.Metadata)
+	var seq uint64
+	switch dp := opt.DeliverPolicy; dp.Kind {
+	case walimpls.DeliverKindAll:
+		seq = max(trunc, 1)
+		if opt.Verify {
+			// From the first record held: nothing below it is a gap to check.
+			seq = max(seq, info.State.FirstSeq)
+		}
+	case walimpls.DeliverKindLatest:
+		// After the last sequence the stream's leader reported, not
+		// DeliverNew: a consumer created on a replica that has not applied
+		// the latest appends yet would start below them and deliver history.
+		seq = max(trunc, info.State.LastSeq+1)
+	case walimpls.DeliverKindStartFrom:
+		seq = max(uint64(dp.ID), 1)
+	case walimpls.DeliverKindStartAfter:
+		seq = uint64(dp.ID) + 1
+	default:
+		return 0, fmt.Errorf("jetstream: read channel %q: unknown deliver policy kind %d", w.n.channel, dp.Kind)
+	}
+	if seq < trunc {
+		return 0, fmt.Errorf("jetstream: read channel %q from %d: messages below %d were removed: %w",
+			w.n.channel, seq, trunc, walimpls.ErrTruncated)
+	}
+	return seq, nil
 }
 
 // scanner delivers one ordered consumer's messages on ch. nats.go calls
