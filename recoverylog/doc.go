@@ -8,7 +8,9 @@
 //   - Txn: one committed transaction — the RocksDB WriteBatch bytes (the
 //     format is package internal/writebatch's), which hold the
 //     application's writes and the source read offsets (OffsetKey,
-//     PutOffset). A batch over DefaultChunkSize (900 KiB, under
+//     PutOffset: a SourceOffset, the id read up to with the channel's
+//     incarnation and the last source reset applied). A batch over
+//     DefaultChunkSize (900 KiB, under
 //     JetStream's 1 MiB max_payload) is written as several chunk records
 //     (part i of n) that count only once the last one is read.
 //   - Fence: written by a new writer before its first Txn: term and author.

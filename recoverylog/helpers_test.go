@@ -235,7 +235,7 @@ func randomBatch(rng *rand.Rand, txn int, size int) *grocksdb.WriteBatch {
 		wb.Put([]byte(k), v)
 		n += len(k) + len(v)
 	}
-	PutOffset(wb, "words/0000", message.MessageID(1000+txn))
+	PutOffset(wb, "words/0000", SourceOffset{ID: message.MessageID(1000 + txn)})
 	return wb
 }
 

@@ -68,7 +68,7 @@ func countBatch(i int) *grocksdb.WriteBatch {
 	wb := grocksdb.NewWriteBatch()
 	wb.Merge([]byte("count"), []byte("1"))
 	wb.Put([]byte(fmt.Sprintf("txn-%03d", i)), []byte(fmt.Sprintf("value-%d", i)))
-	PutOffset(wb, "words/0001", message.MessageID(i))
+	PutOffset(wb, "words/0001", SourceOffset{ID: message.MessageID(i)})
 	return wb
 }
 
@@ -123,7 +123,7 @@ func TestReplayEquivalence(t *testing.T) {
 	}
 	equalDumps(t, dumpDB(t, dbA), dumpDB(t, dbB))
 	offs, err := LoadOffsets(dbB)
-	if err != nil || len(offs) != 1 || offs["words/0000"] != 1039 {
+	if err != nil || len(offs) != 1 || offs["words/0000"].ID != 1039 {
 		t.Fatalf("offsets %v (%v), want words/0000=1039", offs, err)
 	}
 

@@ -105,18 +105,58 @@ func OffsetKey(channel string) []byte {
 	return append(k, channel...)
 }
 
-// EncodeOffset encodes a source offset (the id of the last consumed
-// message) as the value of OffsetKey: 8 bytes big-endian.
-func EncodeOffset(id message.MessageID) []byte {
-	return binary.BigEndian.AppendUint64(nil, uint64(id))
+// SourceOffset is what a shard records of a source channel with every
+// transaction that read from it: how far it read, in which life of the
+// channel, and which operator's reset of the source it applied. A new
+// primary checks them against the channel (wal.Bounds) before it reads on.
+type SourceOffset struct {
+	// ID is the id of the last message consumed (0: none).
+	ID message.MessageID
+	// Incarnation is the life of the channel ID belongs to
+	// (wal.Bounds.Incarnation; "": not recorded, as by versions before it
+	// was).
+	Incarnation string
+	// ResetTerm is the term of the last source reset the shard applied
+	// (the spec's source_resets; 0: none), so a reset applies once.
+	ResetTerm uint64
 }
 
-// DecodeOffset parses EncodeOffset's output.
-func DecodeOffset(b []byte) (message.MessageID, error) {
-	if len(b) != 8 {
-		return 0, fmt.Errorf("%w: offset value of %d bytes, want 8", ErrBadPosition, len(b))
+// offsetVersion1 starts an offset value of the current format; a value of
+// exactly 8 bytes is the first format: the id alone.
+const offsetVersion1 byte = 1
+
+// offsetLen1 is the fixed part of a version 1 value: version, id, reset
+// term; the incarnation follows.
+const offsetLen1 = 1 + 8 + 8
+
+// EncodeOffset encodes a source offset as the value of OffsetKey:
+// version u8 (1) | id u64 | reset term u64 | incarnation (the rest),
+// big-endian.
+func EncodeOffset(o SourceOffset) []byte {
+	b := make([]byte, 0, offsetLen1+len(o.Incarnation))
+	b = append(b, offsetVersion1)
+	b = binary.BigEndian.AppendUint64(b, uint64(o.ID))
+	b = binary.BigEndian.AppendUint64(b, o.ResetTerm)
+	return append(b, o.Incarnation...)
+}
+
+// DecodeOffset parses EncodeOffset's output, and the first format (the id
+// alone, 8 bytes big-endian: no incarnation recorded), which the next
+// commit that reads the source rewrites in the current one.
+func DecodeOffset(b []byte) (SourceOffset, error) {
+	switch {
+	case len(b) == 8:
+		return SourceOffset{ID: message.MessageID(binary.BigEndian.Uint64(b))}, nil
+	case len(b) < offsetLen1:
+		return SourceOffset{}, fmt.Errorf("%w: offset value of %d bytes", ErrBadPosition, len(b))
+	case b[0] != offsetVersion1:
+		return SourceOffset{}, fmt.Errorf("%w: offset value of unknown version %d", ErrBadPosition, b[0])
 	}
-	return message.MessageID(binary.BigEndian.Uint64(b)), nil
+	return SourceOffset{
+		ID:          message.MessageID(binary.BigEndian.Uint64(b[1:9])),
+		ResetTerm:   binary.BigEndian.Uint64(b[9:17]),
+		Incarnation: string(b[17:]),
+	}, nil
 }
 
 // LoadOffset reads the committed offset of one source channel from db, with
@@ -124,46 +164,46 @@ func DecodeOffset(b []byte) (message.MessageID, error) {
 // latency bench does, every millisecond). LoadOffsets builds an iterator
 // and seeks, too costly to poll that way. ok is false
 // when the channel has no offset yet.
-func LoadOffset(db *grocksdb.DB, channel string) (id message.MessageID, ok bool, err error) {
+func LoadOffset(db *grocksdb.DB, channel string) (o SourceOffset, ok bool, err error) {
 	ro := grocksdb.NewDefaultReadOptions()
 	defer ro.Destroy()
 	v, err := db.GetBytes(ro, OffsetKey(channel))
 	if err != nil {
-		return 0, false, fmt.Errorf("recoverylog: read offset of channel %q: %w", channel, err)
+		return SourceOffset{}, false, fmt.Errorf("recoverylog: read offset of channel %q: %w", channel, err)
 	}
 	if v == nil {
-		return 0, false, nil
+		return SourceOffset{}, false, nil
 	}
-	if id, err = DecodeOffset(v); err != nil {
-		return 0, false, fmt.Errorf("recoverylog: offset of channel %q: %w", channel, err)
+	if o, err = DecodeOffset(v); err != nil {
+		return SourceOffset{}, false, fmt.Errorf("recoverylog: offset of channel %q: %w", channel, err)
 	}
-	return id, true, nil
+	return o, true, nil
 }
 
 // PutOffset adds the source offset of channel to batch (the shard's
 // transaction batch), so it commits atomically with the state it produced.
-func PutOffset(batch *grocksdb.WriteBatch, channel string, id message.MessageID) {
-	batch.Put(OffsetKey(channel), EncodeOffset(id))
+func PutOffset(batch *grocksdb.WriteBatch, channel string, o SourceOffset) {
+	batch.Put(OffsetKey(channel), EncodeOffset(o))
 }
 
 // LoadOffsets reads every source offset stored in db, by channel.
-func LoadOffsets(db *grocksdb.DB) (map[string]message.MessageID, error) {
+func LoadOffsets(db *grocksdb.DB) (map[string]SourceOffset, error) {
 	ro := grocksdb.NewDefaultReadOptions()
 	defer ro.Destroy()
 	ro.SetIterateUpperBound(offsetEnd)
 	it := db.NewIterator(ro)
 	defer it.Close()
-	out := map[string]message.MessageID{}
+	out := map[string]SourceOffset{}
 	for it.Seek(offsetPrefix); it.ValidForPrefix(offsetPrefix); it.Next() {
 		k, v := it.Key(), it.Value()
 		ch := string(bytes.TrimPrefix(k.Data(), offsetPrefix))
-		id, err := DecodeOffset(v.Data())
+		o, err := DecodeOffset(v.Data())
 		k.Free()
 		v.Free()
 		if err != nil {
 			return nil, fmt.Errorf("recoverylog: offset of channel %q: %w", ch, err)
 		}
-		out[ch] = id
+		out[ch] = o
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("recoverylog: iterate offsets: %w", err)

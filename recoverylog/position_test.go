@@ -1,6 +1,8 @@
 package recoverylog
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -22,8 +24,8 @@ func TestLoadOffsetsSkipsNothingAfterThem(t *testing.T) {
 	defer wo.Destroy()
 	b := grocksdb.NewWriteBatch()
 	defer b.Destroy()
-	PutOffset(b, "events/0000", 41)
-	PutOffset(b, "events/0001", 42)
+	PutOffset(b, "events/0000", SourceOffset{ID: 41})
+	PutOffset(b, "events/0001", SourceOffset{ID: 42})
 	const deleted = 20_000
 	for i := 0; i < deleted; i++ {
 		b.Put([]byte(fmt.Sprintf("\x00consumerd/outbox/%016x", i)), []byte("row"))
@@ -48,14 +50,14 @@ func TestLoadOffsetsSkipsNothingAfterThem(t *testing.T) {
 // context: a walk over the deleted rows compares each, 60,000 for 20,000).
 func loadCounted(t *testing.T, db *grocksdb.DB, deleted int) {
 	t.Helper()
-	var offs map[string]message.MessageID
+	var offs map[string]SourceOffset
 	var err error
 	pc := rockstest.CountPerf(func() { offs, err = LoadOffsets(db) })
 	defer pc.Destroy()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(offs) != 2 || offs["events/0000"] != message.MessageID(41) || offs["events/0001"] != message.MessageID(42) {
+	if len(offs) != 2 || offs["events/0000"].ID != message.MessageID(41) || offs["events/0001"].ID != message.MessageID(42) {
 		t.Fatalf("offsets %v, want events/0000=41 events/0001=42", offs)
 	}
 	if n := pc.Metric(rockstest.PerfUserKeyComparisons); n > 100 {
@@ -73,15 +75,39 @@ func TestLoadOffset(t *testing.T) {
 	}
 	b := grocksdb.NewWriteBatch()
 	defer b.Destroy()
-	PutOffset(b, "events/0000", 7)
+	PutOffset(b, "events/0000", SourceOffset{ID: 7, Incarnation: "i1"})
 	b.Put(OffsetKey("events/0001"), []byte("bad"))
 	if err := db.Write(wo, b); err != nil {
 		t.Fatal(err)
 	}
-	if id, ok, err := LoadOffset(db, "events/0000"); !ok || err != nil || id != 7 {
-		t.Fatalf("LoadOffset = %d, %v, %v; want 7", id, ok, err)
+	if o, ok, err := LoadOffset(db, "events/0000"); !ok || err != nil || o != (SourceOffset{ID: 7, Incarnation: "i1"}) {
+		t.Fatalf("LoadOffset = %+v, %v, %v; want 7 of incarnation i1", o, ok, err)
 	}
 	if _, _, err := LoadOffset(db, "events/0001"); err == nil || !strings.Contains(err.Error(), "events/0001") {
 		t.Fatalf("damaged offset: err %v, want one naming the channel", err)
+	}
+}
+
+// Offset values: the current format round-trips every field; the first
+// format (8 bytes, the id alone) still reads, with no incarnation; anything
+// else is ErrBadPosition.
+func TestOffsetFormats(t *testing.T) {
+	for _, o := range []SourceOffset{
+		{}, {ID: 7}, {ID: 1<<63 + 5, Incarnation: "2026-01-02T03:04:05.123456789Z", ResetTerm: 42},
+	} {
+		if got, err := DecodeOffset(EncodeOffset(o)); err != nil || got != o {
+			t.Errorf("round trip of %+v: %+v, %v", o, got, err)
+		}
+	}
+	first := binary.BigEndian.AppendUint64(nil, 123456)
+	if got, err := DecodeOffset(first); err != nil || got != (SourceOffset{ID: 123456}) {
+		t.Errorf("first format: %+v, %v; want id 123456, no incarnation", got, err)
+	}
+	v2 := EncodeOffset(SourceOffset{ID: 1})
+	v2[0] = 2
+	for name, b := range map[string][]byte{"short": []byte("abc"), "9 bytes": make([]byte, 9), "version 2": v2} {
+		if _, err := DecodeOffset(b); !errors.Is(err, ErrBadPosition) {
+			t.Errorf("%s: %v, want ErrBadPosition", name, err)
+		}
 	}
 }

@@ -114,12 +114,6 @@ func TestPositionAndOffsetCodec(t *testing.T) {
 	if _, err := DecodePosition(bad); err == nil || !strings.Contains(err.Error(), "version 2") {
 		t.Fatalf("bad version: %v", err)
 	}
-	if id, err := DecodeOffset(EncodeOffset(123456)); err != nil || id != 123456 {
-		t.Fatalf("offset round trip: %v %v", id, err)
-	}
-	if _, err := DecodeOffset([]byte("abc")); !errors.Is(err, ErrBadPosition) {
-		t.Fatalf("short offset: %v", err)
-	}
 	if got := string(OffsetKey("words/0003")); got != "\x00consumerd/offset/words/0003" {
 		t.Fatalf("OffsetKey = %q", got)
 	}

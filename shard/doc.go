@@ -34,8 +34,10 @@
 //  3. On slot 0 (at once, or later when a standby is promoted): opens the
 //     recovery log with term = the slot-0 key's CreateRevision, which fences
 //     every older writer, appends a Fence and reads up to it (Handoff),
-//     loads the source offsets committed in the DB, opens a scanner per
-//     source after its offset, calls ShardIniter, and becomes PRIMARY.
+//     loads the source offsets committed in the DB, opens a verifying
+//     scanner per source after its offset if the channel still holds it in
+//     the incarnation recorded with it (sourcecheck.go: else FAILED, or the
+//     spec's source reset applies), calls ShardIniter, and becomes PRIMARY.
 //  4. PRIMARY runs the transaction loop (below) until the assignment is
 //     removed (ShardHalter, then close; the DB is kept on disk for a fast
 //     restart), the member's lease is lost (Service.Run halts everything at
@@ -107,5 +109,6 @@
 // consumerd_shard_status (replicas by state), consumerd_shard_transactions_total,
 // consumerd_shard_messages_consumed_total, consumerd_shard_bytes_consumed_total,
 // consumerd_shard_txn_duration_seconds, consumerd_shard_source_lag_messages
-// and consumerd_shard_failures_total.
+// (negative when a source lost messages the shard read),
+// consumerd_shard_source_lost_total and consumerd_shard_failures_total.
 package shard

@@ -31,7 +31,11 @@ var (
 	})
 	metricSourceLag = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "consumerd_shard_source_lag_messages",
-		Help: "Messages of a source channel not yet committed by its shard primary (last id - committed offset).",
+		Help: "Messages of a source channel not yet committed by its shard primary (last id - committed offset; negative when the channel lost messages the shard read).",
+	}, []string{"shard", "channel"})
+	metricSourceLost = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "consumerd_shard_source_lost_total",
+		Help: "Shard replicas that stopped FAILED because a source channel lost messages they had not read (removed and re-created, went backwards, purged or trimmed ahead of the offset).",
 	}, []string{"shard", "channel"})
 	metricFailures = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "consumerd_shard_failures_total",

@@ -143,7 +143,7 @@ func TestOptionsIniterAndFilterer(t *testing.T) {
 				}
 				defer release()
 				offs, err := recoverylog.LoadOffsets(sh.Database())
-				if err != nil || offs["words/0000"] != last {
+				if err != nil || offs["words/0000"].ID != last {
 					return false, fmt.Sprintf("offsets %v %v", offs, err)
 				}
 				return true, ""
@@ -172,7 +172,7 @@ func TestOptionsIniterAndFilterer(t *testing.T) {
 				}
 			}
 			offs, err := recoverylog.LoadOffsets(db)
-			if err != nil || offs["words/0000"] != last {
+			if err != nil || offs["words/0000"].ID != last {
 				t.Errorf("offsets after compaction: %v %v", offs, err)
 			}
 			if pos, err := recoverylog.LoadPosition(db); err != nil || pos.LogID == 0 {

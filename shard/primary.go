@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/linxGnu/grocksdb"
 
@@ -22,6 +21,9 @@ type source struct {
 	channel string
 	log     wal.WAL
 	scanner wal.Scanner
+	// sourceStart: where the primary started reading (after), and the
+	// incarnation and reset term its commits record (sourcecheck.go).
+	sourceStart
 }
 
 // inbound is a message read from a source, tagged with it.
@@ -52,6 +54,9 @@ func (r *replica) runPrimary(ctx context.Context, sdb *shardDB, consumer Consume
 	if err := r.openSources(ctx, srcs, spec, offsets); err != nil {
 		return err
 	}
+	if err := r.recordSources(ctx, rec, srcs.sources); err != nil {
+		return err
+	}
 
 	sh := &primaryShard{
 		ctx: ctx, spec: spec, db: sdb.db, ro: sdb.ro, wo: sdb.wo,
@@ -64,7 +69,7 @@ func (r *replica) runPrimary(ctx context.Context, sdb *shardDB, consumer Consume
 	}
 	defer halt()
 
-	lt, stopLag := r.startLag(ctx, srcs.sources, offsets)
+	lt, stopLag := r.startLag(ctx, srcs.sources)
 	defer stopLag()
 	r.serveQueries(&queryShard{ctx: ctx, spec: spec, db: sdb.db, ro: sdb.ro, wo: sdb.wo})
 	defer r.serveQueries(nil)
@@ -80,7 +85,7 @@ func (r *replica) runPrimary(ctx context.Context, sdb *shardDB, consumer Consume
 	loop := &txnLoop{
 		r: r, sh: sh, consumer: consumer, rec: rec, pub: outs.pub, drain: outs.drain, recorded: outs.published,
 		clock: clk, core: txnCore{clock: clk},
-		in: srcs.in, stopped: srcs.stopped, lag: lt,
+		in: srcs.in, stopped: srcs.stopped, lag: lt, sources: srcs.byChannel(),
 		maxBytes: r.svc.cfg.TxnMaxBytes, maxMessages: r.svc.cfg.TxnMaxMessages,
 	}
 	return loop.run(ctx)
@@ -95,11 +100,13 @@ type primarySources struct {
 	cancel  context.CancelFunc
 }
 
-// openSources opens each of spec's sources and starts its scanner after
-// the offset stored with the state. Each scanner hands its messages to the
+// openSources opens each of spec's sources and starts its scanner where
+// startSource says: after the offset stored with the state, if the channel
+// still holds it. The scanners verify (wal.ReadOption.Verify), so a loss
+// while they run stops them too. Each scanner hands its messages to the
 // loop through a sourceHandler, on the scanner's own goroutine: no relay in
 // between. srcs.close undoes what was opened, also after an error.
-func (r *replica) openSources(ctx context.Context, srcs *primarySources, spec *Spec, offsets map[string]message.MessageID) error {
+func (r *replica) openSources(ctx context.Context, srcs *primarySources, spec *Spec, offsets map[string]recoverylog.SourceOffset) error {
 	srcCtx, cancel := context.WithCancel(ctx)
 	srcs.cancel = cancel
 	for _, sp := range spec.Sources {
@@ -110,17 +117,64 @@ func (r *replica) openSources(ctx context.Context, srcs *primarySources, spec *S
 			return fmt.Errorf("open source %s: %w", src.channel, err)
 		}
 		srcs.sources = append(srcs.sources, src)
-		from := offsets[src.channel]
+		b, err := src.log.Bounds(ctx)
+		if err != nil {
+			return fmt.Errorf("source %s: %w", src.channel, err)
+		}
+		committed, has := offsets[src.channel]
+		if src.sourceStart, err = startSource(spec.ID, src.part, committed, has, spec.SourceReset(src.channel), b); err != nil {
+			return err
+		}
+		if a := src.applied; a != nil {
+			r.logger.Warn("applying the operator's source reset: reading the source after the id it names, not the committed offset",
+				"channel", src.channel, "after", a.After, "from", a.From, "incarnation", a.Incarnation, "term", a.Term,
+				"committed", committed.ID, "committed_incarnation", committed.Incarnation)
+		}
 		src.scanner, err = src.log.Read(srcCtx, wal.ReadOption{
-			Name: spec.ID, DeliverPolicy: wal.DeliverStartAfter(from),
+			Name: spec.ID, DeliverPolicy: wal.DeliverStartAfter(src.after), Verify: true, Incarnation: src.inc,
 			MesasgeHandler: &sourceHandler{src: src, in: srcs.in, stopped: srcs.stopped},
 		})
 		if err != nil {
-			return fmt.Errorf("read source %s after offset %d: %w", src.channel, from, err)
+			return asSourceLost(spec.ID, src, committed.ID, fmt.Errorf("read source %s after offset %d: %w", src.channel, src.after, err))
 		}
-		r.logger.Debug("source opened", "channel", src.channel, "after", from)
+		r.logger.Debug("source opened", "channel", src.channel, "after", src.after, "incarnation", src.inc)
 	}
 	return nil
+}
+
+// recordSources commits, before the primary consumes, the offsets that
+// openSources decided and the state does not hold yet — a source reset
+// applied, an incarnation not recorded before — so a failover or restart
+// finds them even if no message comes. Nothing to record: no commit.
+func (r *replica) recordSources(ctx context.Context, rec *recoverylog.Recorder, sources []*source) error {
+	batch := grocksdb.NewWriteBatch()
+	defer batch.Destroy()
+	for _, s := range sources {
+		if s.record {
+			recoverylog.PutOffset(batch, s.channel, s.offset(s.after))
+		}
+	}
+	if batch.Count() == 0 {
+		return nil
+	}
+	if err := rec.Commit(ctx, batch).Wait(ctx); err != nil {
+		return fmt.Errorf("recording the source offsets: %w", err)
+	}
+	return nil
+}
+
+// offset is what a commit records of the source having consumed up to id.
+func (s *source) offset(id message.MessageID) recoverylog.SourceOffset {
+	return recoverylog.SourceOffset{ID: id, Incarnation: s.inc, ResetTerm: s.resetTerm}
+}
+
+// byChannel indexes the sources by channel, for the transaction loop.
+func (srcs *primarySources) byChannel() map[string]*source {
+	m := make(map[string]*source, len(srcs.sources))
+	for _, s := range srcs.sources {
+		m[s.channel] = s
+	}
+	return m
 }
 
 // close stops the scanners, then closes the sources' WALs.
@@ -157,12 +211,12 @@ func (r *replica) initShard(consumer Consumer, sh *primaryShard) (halt func(), e
 	}, nil
 }
 
-// startLag starts the primary's lag tracker from the committed offsets; stop
-// ends its goroutine and waits for it.
-func (r *replica) startLag(ctx context.Context, sources []*source, offsets map[string]message.MessageID) (lt *lagTracker, stop func()) {
-	committed := make(map[string]message.MessageID, len(offsets))
-	for k, v := range offsets {
-		committed[k] = v
+// startLag starts the primary's lag tracker from where the sources start;
+// stop ends its goroutine and waits for it.
+func (r *replica) startLag(ctx context.Context, sources []*source) (lt *lagTracker, stop func()) {
+	committed := make(map[string]message.MessageID, len(sources))
+	for _, s := range sources {
+		committed[s.channel] = s.after
 	}
 	lt = &lagTracker{r: r, sources: sources, committed: committed}
 	lt.refresh(ctx)
@@ -265,83 +319,4 @@ func (s *source) stopErr() error {
 		err = errors.New("scanner ended")
 	}
 	return fmt.Errorf("source %s: %w", s.channel, err)
-}
-
-// lagTracker keeps a primary's per-source lag: the channel's last id minus
-// the committed offset.
-type lagTracker struct {
-	r         *replica
-	sources   []*source
-	mu        sync.Mutex
-	committed map[string]message.MessageID
-	last      map[string]message.MessageID
-}
-
-func (l *lagTracker) commit(offsets map[string]message.MessageID) {
-	l.mu.Lock()
-	for k, v := range offsets {
-		l.committed[k] = v
-	}
-	l.mu.Unlock()
-	l.publish()
-}
-
-func (l *lagTracker) refresh(ctx context.Context) {
-	last := make(map[string]message.MessageID, len(l.sources))
-	for _, s := range l.sources {
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		id, err := s.log.LastID(cctx)
-		cancel()
-		if err != nil {
-			if ctx.Err() == nil {
-				l.r.logger.Debug("source last id", "channel", s.channel, "error", err)
-			}
-			continue
-		}
-		last[s.channel] = id
-	}
-	l.mu.Lock()
-	if l.last == nil {
-		l.last = make(map[string]message.MessageID)
-	}
-	for k, v := range last {
-		l.last[k] = v
-	}
-	l.mu.Unlock()
-	l.publish()
-}
-
-func (l *lagTracker) publish() {
-	l.mu.Lock()
-	lag := make(map[string]int64, len(l.sources))
-	offsets := make(map[string]message.MessageID, len(l.sources))
-	for _, s := range l.sources {
-		n := int64(l.last[s.channel]) - int64(l.committed[s.channel])
-		if n < 0 {
-			n = 0
-		}
-		lag[s.channel] = n
-		offsets[s.channel] = l.committed[s.channel]
-	}
-	l.mu.Unlock()
-	for ch, n := range lag {
-		metricSourceLag.WithLabelValues(l.r.id, ch).Set(float64(n))
-	}
-	l.r.mu.Lock()
-	l.r.lag = lag
-	l.r.offsets = offsets
-	l.r.mu.Unlock()
-}
-
-func (l *lagTracker) run(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			l.refresh(ctx)
-		}
-	}
 }

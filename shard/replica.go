@@ -176,6 +176,10 @@ func (r *replica) clearState() {
 func (r *replica) fail(err error) {
 	r.logger.Error("replica failed", "error", err)
 	metricFailures.WithLabelValues(r.id).Inc()
+	var lost *sourceLostError
+	if errors.As(err, &lost) {
+		metricSourceLost.WithLabelValues(r.id, lost.lost.Channel).Inc()
+	}
 	// The replica's own context may be over; the write gets 10 s, but no
 	// longer than the member's session: once its lease is lost the
 	// assignment key is gone too, and waiting would only delay the rejoin.

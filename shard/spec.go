@@ -70,6 +70,9 @@ type Spec struct {
 	// shard rebuilt from what the log has. 0 (the default): such a
 	// database fails the shard (recoverylog.ErrLogBehind).
 	LogResetTerm int64 `json:"log_reset_term,omitempty"`
+	// SourceResets, written by 'consumerd shards accept-source', accept that
+	// a source lost messages the shard had not read (SourceReset).
+	SourceResets []SourceReset `json:"source_resets,omitempty"`
 	// Restart, when set, has the allocator leader restart a FAILED replica
 	// by itself after a backoff (allocator.RestartPolicy). Absent (the
 	// default): a FAILED replica stays FAILED until a person runs
@@ -155,6 +158,70 @@ func decodeDurations(fields []durationField) error {
 	return nil
 }
 
+// SourceReset is an operator's acceptance of a source that lost messages
+// the shard had not read (a stream deleted and re-created, purged, trimmed
+// by limits, restored from an older copy): read the source after After in
+// the channel's life Incarnation, as if the shard had consumed up to it. A
+// primary applies it when it takes over, only while the channel is still
+// that incarnation and only once: it records Term with the source's offset
+// in the state, and a reset whose Term is not above the recorded one is
+// inert. A later loss of the same source fails the shard again.
+type SourceReset struct {
+	Topic     string `json:"topic"`
+	Partition int    `json:"partition"`
+	// Incarnation is the life of the channel the reset is for
+	// (wal.Bounds.Incarnation when it was written).
+	Incarnation string `json:"incarnation"`
+	// After is the id to read after: the channel's first id minus one
+	// (--from start) or its last id (--from end) when it was written.
+	After uint64 `json:"after"`
+	// Term is above every term given out when the reset was written (the
+	// term base plus etcd's revision plus one), so it is above the reset
+	// term any state recorded before.
+	Term int64 `json:"term"`
+	// From says what the operator chose: "start" or "end".
+	From string `json:"from,omitempty"`
+}
+
+// Channel is the WAL channel of the reset's source.
+func (r SourceReset) Channel() string { return topic.ChannelName(r.Topic, r.Partition) }
+
+// SourceReset is the spec's reset of the source on channel ch, or nil.
+func (s *Spec) SourceReset(ch string) *SourceReset {
+	for i := range s.SourceResets {
+		if s.SourceResets[i].Channel() == ch {
+			return &s.SourceResets[i]
+		}
+	}
+	return nil
+}
+
+// validateSourceResets checks that each reset names one of the spec's
+// sources, once, with a term.
+func (s *Spec) validateSourceResets(bad func(field, format string, args ...any) error) error {
+	sources := make(map[Source]bool, len(s.Sources))
+	for _, src := range s.Sources {
+		sources[src] = true
+	}
+	seen := make(map[Source]int, len(s.SourceResets))
+	for i, r := range s.SourceResets {
+		field := fmt.Sprintf("source_resets[%d]", i)
+		src := Source{Topic: r.Topic, Partition: r.Partition}
+		switch j, dup := seen[src]; {
+		case !sources[src]:
+			return bad(field, "%s is not one of the shard's sources", src.Channel())
+		case dup:
+			return bad(field, "duplicates source_resets[%d] (%s)", j, src.Channel())
+		case r.Term <= 0:
+			return bad(field+".term", "must be positive, got %d", r.Term)
+		case r.From != "" && r.From != "start" && r.From != "end":
+			return bad(field+".from", `must be "start" or "end", got %q`, r.From)
+		}
+		seen[src] = i
+	}
+	return nil
+}
+
 // Source is one topic partition a shard consumes.
 type Source struct {
 	Topic     string `json:"topic"`
@@ -222,6 +289,9 @@ func (s *Spec) Validate() error {
 	if s.LogResetTerm < 0 {
 		return bad("log_reset_term", "must not be negative, got %d", s.LogResetTerm)
 	}
+	if err := s.validateSourceResets(bad); err != nil {
+		return err
+	}
 	if r := s.Restart; r != nil {
 		switch {
 		case r.MaxAttempts < 1:
@@ -279,7 +349,7 @@ var specFields = map[string]bool{
 	"id": true, "app": true, "sources": true, "hot_standbys": true,
 	"min_txn_duration": true, "max_txn_duration": true, "disable": true,
 	"labels": true, "snapshot_interval_bytes": true, "snapshots_kept": true,
-	"log_reset_term": true, "restart": true,
+	"log_reset_term": true, "restart": true, "source_resets": true,
 }
 
 // UnmarshalJSON decodes a spec, naming the field of a bad duration. Unknown

@@ -41,7 +41,8 @@ type txnLoop struct {
 	recorded    uint64    // the outbox-published the last commit recorded
 	recordedAt  time.Time // when
 	in          <-chan inbound
-	stopped     <-chan *source // a source's scanner stopped
+	stopped     <-chan *source     // a source's scanner stopped
+	sources     map[string]*source // by channel
 	lag         *lagTracker
 	maxBytes    int
 	maxMessages int
@@ -100,6 +101,12 @@ func (l *txnLoop) consume(m inbound) error {
 	return nil
 }
 
+// sourceStopped is the loop's error when src's scanner stopped: a lost
+// channel names what this primary committed of it (sourcecheck.go).
+func (l *txnLoop) sourceStopped(src *source) error {
+	return asSourceLost(l.r.id, src, l.lag.committedOf(src.channel), src.stopErr())
+}
+
 // errDrainerStopped: the drainer stopped without an error while the loop's
 // context is live (its context is the loop's: not expected).
 var errDrainerStopped = errors.New("the output drainer stopped")
@@ -142,7 +149,7 @@ func (l *txnLoop) idle(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case src := <-l.stopped:
-		return src.stopErr()
+		return l.sourceStopped(src)
 	case <-l.drain.done:
 		if l.drain.err != nil {
 			return fmt.Errorf("publishing outputs: %w", l.drain.err)
@@ -179,7 +186,7 @@ func (l *txnLoop) wait(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case src := <-l.stopped:
-		return src.stopErr()
+		return l.sourceStopped(src)
 	}
 	return nil
 }
@@ -193,7 +200,7 @@ func (l *txnLoop) waitPrev(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case src := <-l.stopped:
-		return src.stopErr()
+		return l.sourceStopped(src)
 	}
 }
 
@@ -205,7 +212,7 @@ func (l *txnLoop) commit(ctx context.Context) error {
 	}
 	batch := l.sh.txn
 	for ch, id := range l.offsets {
-		recoverylog.PutOffset(batch, ch, id)
+		recoverylog.PutOffset(batch, ch, l.sources[ch].offset(id))
 	}
 	out := l.pub.seal(batch)
 	// Record what is out, and delete its rows, about once a second: each

@@ -52,10 +52,18 @@ func (w *walAdaptor) Read(ctx context.Context, opts ReadOption) (Scanner, error)
 	if err := w.beginOp("read"); err != nil {
 		return nil, err
 	}
+	ro := walimpls.ReadOption{Name: opts.Name, DeliverPolicy: opts.DeliverPolicy, Verify: opts.Verify, Incarnation: opts.Incarnation}
+	if opts.Verify {
+		inc, err := w.verifyStart(ctx, opts.DeliverPolicy, opts.Incarnation)
+		if err != nil {
+			return nil, fmt.Errorf("wal: read %q from %+v: %w", w.channel, opts.DeliverPolicy, err)
+		}
+		ro.Incarnation = inc
+	}
 	var impl walimpls.ScannerImpls
 	err := w.do(ctx, "read "+w.channel, func() error {
 		var err error
-		impl, err = w.impl.Read(ctx, walimpls.ReadOption{Name: opts.Name, DeliverPolicy: opts.DeliverPolicy})
+		impl, err = w.impl.Read(ctx, ro)
 		return err
 	})
 	if err != nil {
@@ -83,6 +91,39 @@ func (w *walAdaptor) Read(ctx context.Context, opts ReadOption) (Scanner, error)
 	w.mu.Unlock()
 	go s.run()
 	return s, nil
+}
+
+// verifyStart checks that the channel holds the position a verifying
+// scanner starts after (DeliverStartAfter(id): id; DeliverStartFrom(id):
+// id-1) in incarnation inc, and returns the incarnation the scanner then
+// verifies against (the channel's own when inc is ""). DeliverAll and
+// DeliverLatest start at what the channel holds: only the incarnation is
+// checked.
+func (w *walAdaptor) verifyStart(ctx context.Context, dp DeliverPolicy, inc string) (string, error) {
+	var b Bounds
+	err := w.do(ctx, "bounds of "+w.channel, func() error {
+		var err error
+		b, err = w.impl.Bounds(ctx)
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("checking the start position: %w", err)
+	}
+	if inc == "" {
+		inc = b.Incarnation
+	}
+	var after message.MessageID
+	switch dp.Kind {
+	case walimpls.DeliverKindStartAfter:
+		after = dp.ID
+	case walimpls.DeliverKindStartFrom:
+		after = max(dp.ID, 1) - 1
+	case walimpls.DeliverKindLatest:
+		after = b.Last
+	default:
+		after = max(b.First, 1) - 1
+	}
+	return inc, walimpls.CheckPosition(w.channel, after, inc, b)
 }
 
 func (s *scanner) Channel() string { return s.w.channel }

@@ -19,6 +19,17 @@ var (
 // ErrStaleChain, re-exported: a batch's chain position is stale.
 var ErrStaleChain = walimpls.ErrStaleChain
 
+// ErrChannelLost, re-exported: a verifying scanner's channel no longer holds
+// its position (ReadOption.Verify); the error is a *LostError.
+var ErrChannelLost = walimpls.ErrChannelLost
+
+// LostError, re-exported: what a verifying scanner found.
+type LostError = walimpls.LostError
+
+// CheckPosition, re-exported: nil when Bounds hold a reader's position in
+// its incarnation, else a *LostError.
+var CheckPosition = walimpls.CheckPosition
+
 // Batch, BatchResult and Marker, re-exported from walimpls: atomic, chained
 // batches (see WAL.AppendBatch).
 type (
@@ -76,6 +87,15 @@ type ReadOption struct {
 	// MesasgeHandler, when set, receives every message instead of Chan
 	// (the misspelling is kept from the seed interface). Nil means Chan delivery.
 	MesasgeHandler MessageHandler
+	// Verify has Read check that the channel still holds the position the
+	// scanner starts after, in Incarnation, and the scanner go on checking
+	// whenever the backend sees the channel change under it; a loss fails
+	// Read, or stops the scanner, with a *LostError (ErrChannelLost):
+	// never a silent skip (walimpls.ReadOption.Verify).
+	Verify bool
+	// Incarnation is the life of the channel the start position belongs to
+	// (Bounds.Incarnation; "": the channel's current one).
+	Incarnation string
 }
 
 // HandleParam is what a scanner passes to MessageHandler.Handle.

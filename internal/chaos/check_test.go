@@ -76,3 +76,32 @@ func TestReportLine(t *testing.T) {
 		t.Fatalf("line\n%s\nwant\n%s", got, want)
 	}
 }
+
+// lostSourceProblem accepts only the shard FAILED for a lost source: a
+// PRIMARY one (that skipped silently), one FAILED for another reason, or an
+// absent one are problems.
+func TestLostSourceProblem(t *testing.T) {
+	row := func(id, status, state, err string) shardRow {
+		r := shardRow{ID: id, Status: status}
+		r.Replicas = append(r.Replicas, struct {
+			Member string `json:"member"`
+			State  string `json:"state"`
+			Error  string `json:"error"`
+		}{Member: "m1", State: state, Error: err})
+		return r
+	}
+	lost := "source lines/0002 (topic lines, partition 2): a source lost messages the shard has not read: the channel was removed"
+	for _, tc := range []struct {
+		rows []shardRow
+		ok   bool
+	}{
+		{[]shardRow{row("split-0001", "PRIMARY", "PRIMARY", ""), row("split-0002", "FAILED", "FAILED", lost)}, true},
+		{[]shardRow{row("split-0002", "PRIMARY", "PRIMARY", "")}, false},
+		{[]shardRow{row("split-0002", "FAILED", "FAILED", "consume: boom")}, false},
+		{[]shardRow{row("split-0001", "FAILED", "FAILED", lost)}, false},
+	} {
+		if p := lostSourceProblem(tc.rows, "split-0002"); (p == nil) != tc.ok {
+			t.Errorf("rows %+v: problems %v, want ok=%v", tc.rows, p, tc.ok)
+		}
+	}
+}

@@ -23,6 +23,7 @@ type Binaries struct {
 	Consumerd  string // consumerd, built from this module
 	NatsServer string // nats-server, built from go.mod's module
 	Etcd       string // etcd (Debian's etcd-server)
+	StreamRm   string // internal/chaos/cmd/streamrm: the stream-recreate fault's `nats stream rm`
 }
 
 // cluster is the running system under test: the network, its services and

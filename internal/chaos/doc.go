@@ -17,7 +17,10 @@
 // every fault kind once in a random order (plus extras) with targets and
 // holds. Partitions are blackhole routes (toward a service's subnet) and
 // blackhole rules (from a service's address); processes are SIGKILLed,
-// SIGSTOPped past the lease and SIGTERMed; links flap down and up.
+// SIGSTOPped past the lease and SIGTERMed; links flap down and up; a
+// stream of the input topic is deleted underneath consumerd (loss.go: its
+// batch comes after, the shard reading it must go FAILED, the heal is
+// `shards accept-source --from start`).
 //
 // The workload (workload.go): the split → tally pipeline, fed batches of
 // lines with `consumerd publish --id`, so retrying a batch stores nothing

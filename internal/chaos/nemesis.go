@@ -37,14 +37,42 @@ const (
 	MemberTerm Kind = "member-term"
 	// MemberFlap takes a member's link down and up repeatedly.
 	MemberFlap Kind = "member-flap"
+	// StreamRecreate deletes the stream of a partition of the pipeline's
+	// input (as `nats stream rm` does); the fault's batch creates it again.
+	// The shard reading it must stop FAILED, not skip the new lines whose
+	// ids are at or below its offset; the heal accepts the loss from the
+	// stream's start (`shards accept-source`). Nothing unread is lost: the
+	// batch is published after the deletion, and every earlier line was
+	// counted before it, so the counts must be exact again.
+	StreamRecreate Kind = "stream-recreate"
 )
 
 // Kinds is every fault kind, in a fixed order.
-var Kinds = []Kind{MemberEtcd, MemberNats, EtcdMinority, NatsIsolate, NatsKill, MemberKill, MemberStop, MemberTerm, MemberFlap}
+var Kinds = []Kind{MemberEtcd, MemberNats, EtcdMinority, NatsIsolate, NatsKill, MemberKill, MemberStop, MemberTerm, MemberFlap, StreamRecreate}
 
 // onBackend reports whether the kind's target is a backend host (an etcd or
 // NATS node) rather than a consumerd member.
 func (k Kind) onBackend() bool { return k == EtcdMinority || k == NatsIsolate || k == NatsKill }
+
+// onPartition reports whether the kind's target is a partition of the
+// pipeline's input topic.
+func (k Kind) onPartition() bool { return k == StreamRecreate }
+
+// loses reports whether the fault loses data a stream held, so that its
+// batch is published after it is injected (what a stream held when the
+// fault struck was consumed already), not while it holds.
+func (k Kind) loses() bool { return k == StreamRecreate }
+
+// targets is how many targets a fault of kind k chooses from.
+func (k Kind) targets(members int) int {
+	switch {
+	case k.onBackend():
+		return backends
+	case k.onPartition():
+		return pipelinePartitions
+	}
+	return members
+}
 
 // Fault is one scheduled fault: its kind, its target (a member index, or a
 // backend index for backend kinds), how long it holds before the heal, and
@@ -58,8 +86,11 @@ type Fault struct {
 
 func (f Fault) String() string {
 	target := memberName(f.Target)
-	if f.Kind.onBackend() {
+	switch {
+	case f.Kind.onBackend():
 		target = backendHost(f.Target)
+	case f.Kind.onPartition():
+		target = inputChannel(f.Target)
 	}
 	s := fmt.Sprintf("%s %s hold=%s", f.Kind, target, f.Hold)
 	if len(f.Flaps) > 0 {
@@ -83,12 +114,7 @@ func Schedule(seed uint64, members int, leaseTTL time.Duration, extra int) []Fau
 	ms := func(lo, hi int) time.Duration { return time.Duration(lo+rng.IntN(hi-lo+1)) * time.Millisecond }
 	faults := make([]Fault, 0, len(kinds))
 	for _, k := range kinds {
-		f := Fault{Kind: k}
-		if k.onBackend() {
-			f.Target = rng.IntN(backends)
-		} else {
-			f.Target = rng.IntN(members)
-		}
+		f := Fault{Kind: k, Target: rng.IntN(k.targets(members))}
 		switch k {
 		case MemberStop:
 			f.Hold = leaseTTL + ms(1000, 3000)
@@ -169,6 +195,11 @@ func (c *cluster) inject(ctx context.Context, f Fault) (heal func(context.Contex
 			}
 			return nil
 		}
+	case StreamRecreate:
+		if err := c.removeStream(ctx, inputChannel(t)); err != nil {
+			return nil, err
+		}
+		heal = func(ctx context.Context) error { return c.acceptLostSource(ctx, inputShard(t)) }
 	case MemberFlap:
 		host := memberName(t)
 		heal = func(ctx context.Context) error { return c.net.link(ctx, host, true) }

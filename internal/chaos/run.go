@@ -167,7 +167,7 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 // and starts the members, waiting until every shard is PRIMARY.
 func (c *cluster) setup(ctx context.Context, cfg Config) error {
 	for _, t := range []string{"lines", "tokens", "totals"} {
-		args := []string{"topics", "create", "--name", t, "--partitions", "4"}
+		args := []string{"topics", "create", "--name", t, "--partitions", fmt.Sprint(pipelinePartitions)}
 		if err := c.retryClient(ctx, time.Minute, args...); err != nil {
 			return err
 		}
@@ -207,6 +207,9 @@ func (c *cluster) retryClient(ctx context.Context, timeout time.Duration, args .
 // runFault publishes a batch while fault f is injected and held, heals it,
 // and measures how long after the heal the counts are exact.
 func (c *cluster) runFault(ctx context.Context, cfg Config, f Fault, batch int, lines *[]string) FaultResult {
+	if f.Kind.loses() {
+		return c.runLossFault(ctx, cfg, f, batch, lines)
+	}
 	res := FaultResult{Fault: f}
 	b := batchLines(batch, cfg.BatchLines)
 	published := make(chan error, 1)
@@ -289,8 +292,9 @@ func sleep(ctx context.Context, d time.Duration) error {
 // BuildBinaries builds consumerd and go.mod's nats-server into dir and finds
 // etcd (Debian's etcd-server: `make deps`).
 func BuildBinaries(ctx context.Context, dir string) (Binaries, error) {
-	b := Binaries{Consumerd: filepath.Join(dir, "consumerd"), NatsServer: filepath.Join(dir, "nats-server")}
-	for path, pkg := range map[string]string{b.Consumerd: "github.com/consumerd/consumerd/cmd/consumerd", b.NatsServer: "github.com/nats-io/nats-server/v2"} {
+	b := Binaries{Consumerd: filepath.Join(dir, "consumerd"), NatsServer: filepath.Join(dir, "nats-server"), StreamRm: filepath.Join(dir, "streamrm")}
+	for path, pkg := range map[string]string{b.Consumerd: "github.com/consumerd/consumerd/cmd/consumerd", b.NatsServer: "github.com/nats-io/nats-server/v2",
+		b.StreamRm: "github.com/consumerd/consumerd/internal/chaos/cmd/streamrm"} {
 		if out, err := exec.CommandContext(ctx, "go", "build", "-o", path, pkg).CombinedOutput(); err != nil {
 			return b, fmt.Errorf("go build %s: %w\n%s", pkg, err, out)
 		}

@@ -50,10 +50,7 @@ func TestScheduleProperties(t *testing.T) {
 		seen := map[Kind]bool{}
 		for _, f := range fs {
 			seen[f.Kind] = true
-			limit := members
-			if f.Kind.onBackend() {
-				limit = backends
-			}
+			limit := f.Kind.targets(members)
 			if f.Target < 0 || f.Target >= limit {
 				t.Fatalf("seed %d: %s targets %d of %d", seed, f, f.Target, limit)
 			}

@@ -237,7 +237,7 @@ func committedOffset(n *shardtest.Node, id, ch string) (message.MessageID, bool)
 	}
 	defer release()
 	off, ok, err := recoverylog.LoadOffset(sh.Database(), ch)
-	return off, ok && err == nil
+	return off.ID, ok && err == nil
 }
 
 // countRecords counts shard id's records whose count is 1 (each key was

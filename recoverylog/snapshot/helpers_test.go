@@ -217,7 +217,7 @@ func (e *env) commit(n, keys, valueSize int) {
 			v = append(v, fmt.Sprintf("/%d", e.n)...)
 			wb.Put([]byte(fmt.Sprintf("key-%06d", k)), v)
 		}
-		recoverylog.PutOffset(wb, "words/0000", message.MessageID(e.n))
+		recoverylog.PutOffset(wb, "words/0000", recoverylog.SourceOffset{ID: message.MessageID(e.n)})
 		last = e.rec.Commit(e.ctx, wb)
 		wb.Clear()
 	}

@@ -468,8 +468,8 @@ func (e *Cluster) Counts(n *Node, spec *shard.Spec) map[string]int64 {
 			return false, err.Error()
 		}
 		for _, src := range spec.Sources {
-			if last := e.LastID(src.Channel()); offs[src.Channel()] != last {
-				return false, fmt.Sprintf("%s at %d of %d", src.Channel(), offs[src.Channel()], last)
+			if last := e.LastID(src.Channel()); offs[src.Channel()].ID != last {
+				return false, fmt.Sprintf("%s at %d of %d", src.Channel(), offs[src.Channel()].ID, last)
 			}
 		}
 		out = map[string]int64{}

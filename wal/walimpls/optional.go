@@ -56,7 +56,7 @@ func Permanent(err error) error {
 }
 
 // IsRetryable reports whether the adaptor may retry an operation that failed
-// with err: false for nil, ErrFenced, ErrClosed, ErrTruncated, ErrStaleChain,
+// with err: false for nil, ErrFenced, ErrClosed, ErrTruncated, ErrChannelLost, ErrStaleChain,
 // context.Canceled, context.DeadlineExceeded and errors wrapped by Permanent.
 func IsRetryable(err error) bool {
 	if err == nil {
@@ -68,6 +68,7 @@ func IsRetryable(err error) bool {
 		errors.Is(err, ErrFenced),
 		errors.Is(err, ErrClosed),
 		errors.Is(err, ErrTruncated),
+		errors.Is(err, ErrChannelLost),
 		errors.Is(err, ErrScannerClosed),
 		errors.Is(err, ErrStaleChain),
 		errors.Is(err, context.Canceled),

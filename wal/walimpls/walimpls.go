@@ -144,7 +144,10 @@ type Bounds struct {
 	// failovers of the backend. "" when the backend cannot tell lives apart.
 	Incarnation string
 	// First is the id a read of every retained message starts at: the id of
-	// the oldest message held, or Last+1 when none is held.
+	// the oldest message held, or Last+1 when none is held. Every id below
+	// it was removed. A backend whose channels hold records that are not
+	// messages (JetStream's fences and markers) may give the id of the
+	// oldest record: ids a reader skips are not removed messages.
 	First message.MessageID
 	// Last is LastID: the id of the last message appended (0: none).
 	Last message.MessageID
@@ -170,6 +173,19 @@ type ReadOption struct {
 	// ReadAheadBufferSize bounds the messages buffered ahead of the reader; 0
 	// lets the backend choose.
 	ReadAheadBufferSize int
+	// Verify has the scanner check, whenever the channel may have changed
+	// under it, that the channel still holds its position (the id it last
+	// delivered, or the one it starts after) in Incarnation
+	// (CheckPosition), and stop with a *LostError (ErrChannelLost) instead
+	// of delivering past a loss. The wal adaptor checks at the start; a
+	// backend checks what it can see while it runs (JetStream: on every
+	// gap in the sequences, after its consumer was re-created, after a
+	// reconnect). A verifying DeliverAll starts at the first message held.
+	Verify bool
+	// Incarnation is the life of the channel the position belongs to
+	// (Bounds.Incarnation), for Verify. The adaptor fills it in with the
+	// channel's current one when the caller leaves it empty.
+	Incarnation string
 }
 
 // ScannerImpls delivers a channel's messages in id order.

@@ -83,7 +83,9 @@ func FillLag(ctx context.Context, snap allocator.Snapshot, rows []api.ShardRow, 
 					}
 					lastIDs[ch] = last
 				}
-				rows[i].Lag[ch] = max(0, int64(last)-int64(off))
+				// Not clamped: the WAL was asked after the primary, so a last id
+				// below the offset means the channel lost messages (a negative lag).
+				rows[i].Lag[ch] = int64(last) - int64(off)
 			}
 		}
 	}

@@ -226,3 +226,24 @@ func TestFormatting(t *testing.T) {
 		}
 	}
 }
+
+// A replica FAILED because a source lost messages: the shard page names
+// the command that accepts the loss (unassigning alone fails again), and
+// only there.
+func TestShardPageSaysHowToAcceptALostSource(t *testing.T) {
+	self, snap, statuses := statusFixture(t)
+	lost := "source words/0000 (topic words, partition 0): " + shard.ErrSourceLost.Error() + ": the channel was removed and created again"
+	snap.Assignments[2].Status.Error = lost
+	self.Replicas[1].Error = lost
+	now := time.Date(2026, 12, 1, 10, 0, 3, 0, time.UTC)
+	accept := func(id string) []*html.Node {
+		doc := htmltest.Parse(t, render(t, "shard", buildShardPage(self, snap, id, statuses, snapshot.Pointer{}, false, nil, now)))
+		return htmltest.FindAll(doc, func(n *html.Node) bool { return htmltest.AttrOf(n, "class") == "accept" })
+	}
+	if a := accept("wc-1"); len(a) != 1 || !strings.Contains(htmltest.Text(a[0]), "consumerd shards accept-source --shard wc-1 --topic words --partition 0 --from start|end --yes") {
+		t.Fatalf("the FAILED replica's hint: %v", a)
+	}
+	if a := accept("wc-0"); len(a) != 0 {
+		t.Fatalf("a hint on a shard that lost nothing: %v", a)
+	}
+}

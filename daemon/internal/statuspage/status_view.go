@@ -124,6 +124,10 @@ type lagView struct {
 type failedView struct {
 	Replica string // zone/member slot N
 	Error   string
+	// Accept is the command that accepts the loss when a source lost
+	// messages the replica had not read ("" otherwise): unassigning alone
+	// fails the same way again.
+	Accept string
 }
 
 // shardPage is the page at /shards/<id>.
@@ -394,7 +398,11 @@ func failedViews(row api.ShardRow, statuses map[string]memberStatus) []failedVie
 		if lr, ok := statuses[key].replica(row.ID, rep.Slot); ok && e == "" {
 			e = lr.Error
 		}
-		out = append(out, failedView{Replica: fmt.Sprintf("%s slot %d", key, rep.Slot), Error: e})
+		fv := failedView{Replica: fmt.Sprintf("%s slot %d", key, rep.Slot), Error: e}
+		if src, ok := shard.LostSourceIn(e); ok {
+			fv.Accept = fmt.Sprintf("consumerd shards accept-source --shard %s --topic %s --partition %d --from start|end --yes", row.ID, src.Topic, src.Partition)
+		}
+		out = append(out, fv)
 	}
 	return out
 }

@@ -43,10 +43,14 @@ func (b *Builder) Build() (walimpls.OpenerImpls, error) {
 	}
 	log := cfg.Logger.Named("jetstream")
 	var maxPayload atomic.Int64
+	var self atomic.Pointer[opener] // for the handlers: set once o exists
 	nc, err := nats.Connect(cfg.URL, natsconn.Options(cfg.ClientName, cfg.ConnectTimeout, cfg.Security,
 		nats.ReconnectHandler(func(c *nats.Conn) {
 			maxPayload.Store(c.MaxPayload()) // the new server's limit
 			log.Info("reconnected to NATS", "url", c.ConnectedUrl())
+			if o := self.Load(); o != nil {
+				o.recheckScanners()
+			}
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			log.Warn("NATS async error", "url", cfg.URL, "error", err)
@@ -60,6 +64,7 @@ func (b *Builder) Build() (walimpls.OpenerImpls, error) {
 		atomic:    AtomicBatchesIn(nc.ConnectedServerVersion()),
 		metadata:  versionAtLeast(nc.ConnectedServerVersion(), 2, 10),
 		stopWatch: make(chan struct{}), watchDone: make(chan struct{})}
+	self.Store(o)
 	if err := o.startFast(); err != nil {
 		nc.Close()
 		return nil, err
@@ -70,6 +75,10 @@ func (b *Builder) Build() (walimpls.OpenerImpls, error) {
 		if err != nil {
 			log.Warn("disconnected from NATS", "url", cfg.URL, "error", err)
 		}
+		// What a scanner reads after the reconnect may be another server's
+		// or a restored store's: each verifying scanner checks its position
+		// before it delivers again.
+		o.recheckScanners()
 		o.failFast(func(*pending) bool { return true }, func(p *pending) error {
 			return fmt.Errorf("jetstream: append to channel %q on %s: %w", p.w.n.channel, cfg.URL, nats.ErrDisconnected)
 		})
@@ -272,6 +281,24 @@ func (o *opener) requestWithin(ctx context.Context, d time.Duration) (context.Co
 			*err = fmt.Errorf("%w (%s): %v", errNoReply, d, *err)
 		}
 		cancel()
+	}
+}
+
+// recheckScanners asks every verifying scanner of the connection to check
+// its position (scanner.requestRecheck); it never blocks on a scanner.
+func (o *opener) recheckScanners() {
+	o.mu.Lock()
+	wals := make([]*walImpl, 0, len(o.wals))
+	for w := range o.wals {
+		wals = append(wals, w)
+	}
+	o.mu.Unlock()
+	for _, w := range wals {
+		w.mu.Lock()
+		for s := range w.scanners {
+			s.requestRecheck()
+		}
+		w.mu.Unlock()
 	}
 }
 

@@ -2,10 +2,12 @@ package jetstream
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -37,38 +39,12 @@ func (w *walImpl) Read(ctx context.Context, opt walimpls.ReadOption) (_ walimpls
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: read channel %q: stream info: %w", w.n.channel, err)
 	}
-	trunc := truncatedBelow(info.Config.Metadata)
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{w.n.data}}
-	var next uint64 // first sequence the scanner must not skip past; 0 = unknown
-	startAt := func(seq uint64) error {
-		if seq < trunc {
-			return fmt.Errorf("jetstream: read channel %q from %d: messages below %d were removed: %w",
-				w.n.channel, seq, trunc, walimpls.ErrTruncated)
-		}
-		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
-		cfg.OptStartSeq = seq
-		next = seq
-		return nil
-	}
-	dp := opt.DeliverPolicy
-	switch dp.Kind {
-	case walimpls.DeliverKindAll:
-		err = startAt(max(trunc, 1))
-	case walimpls.DeliverKindLatest:
-		// After the last sequence the stream's leader reported, not
-		// DeliverNew: a consumer created on a replica that has not applied
-		// the latest appends yet would start below them and deliver history.
-		err = startAt(max(trunc, info.State.LastSeq+1))
-	case walimpls.DeliverKindStartFrom:
-		err = startAt(max(uint64(dp.ID), 1))
-	case walimpls.DeliverKindStartAfter:
-		err = startAt(uint64(dp.ID) + 1)
-	default:
-		err = fmt.Errorf("jetstream: read channel %q: unknown deliver policy kind %d", w.n.channel, dp.Kind)
-	}
+	next, err := w.startSeq(info, opt) // the first sequence the scanner must not skip past
 	if err != nil {
 		return nil, err
 	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{w.n.data},
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: next}
 	cons, err := w.st.OrderedConsumer(rctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: read channel %q: ordered consumer: %w", w.n.channel, err)
@@ -88,6 +64,11 @@ func (w *walImpl) Read(ctx context.Context, opt walimpls.ReadOption) (_ walimpls
 		ctx:    sctx,
 		cancel: scancel,
 		next:   next,
+		verify: opt.Verify,
+		inc:    opt.Incarnation,
+	}
+	if s.verify {
+		s.recheckCh = make(chan struct{}, 1)
 	}
 	// Consume, not Messages: nats.go's MessagesContext.Next arms a fresh
 	// heartbeat timer (time.AfterFunc) per message, a cost a pass-through
@@ -97,7 +78,16 @@ func (w *walImpl) Read(ctx context.Context, opt walimpls.ReadOption) (_ walimpls
 	// cluster route learned of a just-created consumer), the missing
 	// heartbeats make the ordered consumer recreate itself within seconds
 	// instead of after nats.go's default 30 s expiry.
-	cc, err := cons.Consume(s.handle, jetstream.PullMaxMessages(buf), jetstream.PullHeartbeat(scanHeartbeat))
+	//
+	// A verifying scanner hears of the consumer's errors (deleted with its
+	// stream, heartbeats missed): nats.go then re-creates the consumer
+	// after the last sequence delivered, which in a re-created or restored
+	// stream numbers other messages, so the position is checked again.
+	opts := []jetstream.PullConsumeOpt{jetstream.PullMaxMessages(buf), jetstream.PullHeartbeat(scanHeartbeat)}
+	if s.verify {
+		opts = append(opts, jetstream.ConsumeErrHandler(func(jetstream.ConsumeContext, error) { s.requestRecheck() }))
+	}
+	cc, err := cons.Consume(s.handle, opts...)
 	if err != nil {
 		scancel()
 		return nil, fmt.Errorf("jetstream: read channel %q: start consumer: %w", w.n.channel, err)
@@ -115,6 +105,37 @@ func (w *walImpl) Read(ctx context.Context, opt walimpls.ReadOption) (_ walimpls
 	w.mu.Unlock()
 	go s.run(consumerDone)
 	return s, nil
+}
+
+// startSeq is the stream sequence a scanner of opt starts at, from the
+// stream's info: ErrTruncated below the truncation point.
+func (w *walImpl) startSeq(info *jetstream.StreamInfo, opt walimpls.ReadOption) (uint64, error) {
+	trunc := truncatedBelow(info.Config.Metadata)
+	var seq uint64
+	switch dp := opt.DeliverPolicy; dp.Kind {
+	case walimpls.DeliverKindAll:
+		seq = max(trunc, 1)
+		if opt.Verify {
+			// From the first record held: nothing below it is a gap to check.
+			seq = max(seq, info.State.FirstSeq)
+		}
+	case walimpls.DeliverKindLatest:
+		// After the last sequence the stream's leader reported, not
+		// DeliverNew: a consumer created on a replica that has not applied
+		// the latest appends yet would start below them and deliver history.
+		seq = max(trunc, info.State.LastSeq+1)
+	case walimpls.DeliverKindStartFrom:
+		seq = max(uint64(dp.ID), 1)
+	case walimpls.DeliverKindStartAfter:
+		seq = uint64(dp.ID) + 1
+	default:
+		return 0, fmt.Errorf("jetstream: read channel %q: unknown deliver policy kind %d", w.n.channel, dp.Kind)
+	}
+	if seq < trunc {
+		return 0, fmt.Errorf("jetstream: read channel %q from %d: messages below %d were removed: %w",
+			w.n.channel, seq, trunc, walimpls.ErrTruncated)
+	}
+	return seq, nil
 }
 
 // scanner delivers one ordered consumer's messages on ch. nats.go calls
@@ -136,6 +157,15 @@ type scanner struct {
 	ended   bool       // under sendMu: nothing more is delivered (ch closes, or a delivery failed)
 	next    uint64     // handle's: sequence expected next (0 = unknown); a larger one is a gap
 	failErr error      // set by handle before it closes failed
+
+	// A verifying scanner's (ReadOption.Verify): the incarnation its
+	// position belongs to, and a check of the position asked for by a
+	// consumer error or a reconnect (recheck), done by the next delivery
+	// or by run, whichever comes first (recheckCh wakes run).
+	verify    bool
+	inc       string
+	recheck   atomic.Bool
+	recheckCh chan struct{}
 
 	errMu sync.Mutex
 	err   error // why it stopped; set before ch is closed
@@ -181,18 +211,11 @@ func (s *scanner) stopped() bool {
 	}
 }
 
-// run waits for the scanner's end — Close, a failed delivery, or the
-// consumer stopping by itself — and then closes ch once no handle can send
-// on it any more.
+// run waits for the scanner's end — Close, a failed delivery, a failed
+// check of a verifying scanner's position, or the consumer stopping by
+// itself — and then closes ch once no handle can send on it any more.
 func (s *scanner) run(closed <-chan struct{}) {
-	var err error
-	select {
-	case <-s.stop:
-	case <-s.failed:
-		err = s.failErr
-	case <-closed:
-		err = fmt.Errorf("jetstream: scanner %q on channel %q: the ordered consumer stopped without Close (its connection closed?)", s.name, s.w.n.channel)
-	}
+	err := s.await(closed)
 	if s.stopped() {
 		err = walimpls.ErrScannerClosed
 	}
@@ -209,6 +232,69 @@ func (s *scanner) run(closed <-chan struct{}) {
 	delete(s.w.scanners, s)
 	s.w.mu.Unlock()
 	close(s.done)
+}
+
+// recheckRetry is how soon run checks a verifying scanner's position again
+// after a check that got no answer.
+const recheckRetry = time.Second
+
+// await waits for the scanner's end and says why it ended (nil: Close).
+// Meanwhile it checks a verifying scanner's position when asked to, so a
+// loss is found even when no message comes to show it (a stream re-created
+// shorter than the position).
+func (s *scanner) await(closed <-chan struct{}) error {
+	var retry <-chan time.Time
+	for {
+		select {
+		case <-s.stop:
+			return nil
+		case <-s.failed:
+			return s.failErr
+		case <-closed:
+			return fmt.Errorf("jetstream: scanner %q on channel %q: the ordered consumer stopped without Close (its connection closed?)", s.name, s.w.n.channel)
+		case <-s.recheckCh:
+		case <-retry:
+		}
+		retry = nil
+		switch err := s.recheckNow(); {
+		case errors.Is(err, walimpls.ErrChannelLost):
+			return err
+		case err != nil:
+			s.w.log.Debug("checking the scanner's position", "scanner", s.name, "error", err)
+			retry = time.After(recheckRetry)
+		}
+	}
+}
+
+// requestRecheck asks for a check of a verifying scanner's position; it
+// never blocks (nats.go calls it holding its consumer's lock).
+func (s *scanner) requestRecheck() {
+	if !s.verify {
+		return
+	}
+	s.recheck.Store(true)
+	select {
+	case s.recheckCh <- struct{}{}:
+	default:
+	}
+}
+
+// recheckNow does an asked-for check of the position, unless a delivery
+// did it first. A loss ends delivery at once.
+func (s *scanner) recheckNow() error {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	if s.ended || !s.recheck.Load() {
+		return nil
+	}
+	err := s.verifyPosition(nil, 0)
+	switch {
+	case err == nil:
+		s.recheck.Store(false)
+	case errors.Is(err, walimpls.ErrChannelLost):
+		s.ended = true
+	}
+	return err
 }
 
 // handle delivers one message on ch, or fails the scanner. After a message
@@ -237,6 +323,12 @@ func (s *scanner) deliver(m jetstream.Msg) error {
 		}
 		seq, ts = md.Sequence.Stream, md.Timestamp
 	}
+	if s.verify && s.recheck.Load() {
+		if err := s.verifyPosition(nil, 0); err != nil {
+			return err
+		}
+		s.recheck.Store(false)
+	}
 	if s.next != 0 && seq != s.next {
 		if err := s.checkGap(seq); err != nil {
 			return err
@@ -256,23 +348,64 @@ func (s *scanner) deliver(m jetstream.Msg) error {
 }
 
 // checkGap runs when the consumer skipped from s.next to seq. Gaps are normal
-// (fence records, dedupe); they are an error only if the skipped positions
-// were truncated while the scanner was behind — never a silent skip. An
-// unanswered look-up fails retryably (request), like every other request:
-// the chaos harness found a shard FAILED by a gap check that timed out while
-// its member's link flapped.
+// (fence records, markers); they are an error only if the skipped positions
+// were truncated while the scanner was behind, or, for a verifying scanner,
+// removed some other way or renumbered (verifyPosition) — never a silent
+// skip. An unanswered look-up fails retryably (request), like every other
+// request: the chaos harness found a shard FAILED by a gap check that timed
+// out while its member's link flapped.
 func (s *scanner) checkGap(seq uint64) (err error) {
 	ctx, end := s.w.o.request(s.ctx)
 	defer end(&err)
 	info, err := s.w.st.Info(ctx)
 	if err != nil {
+		if s.verify && errors.Is(err, jetstream.ErrStreamNotFound) {
+			return s.gone()
+		}
 		return fmt.Errorf("jetstream: scanner %q on channel %q: check gap %d..%d: %w", s.name, s.w.n.channel, s.next, seq, err)
 	}
 	if trunc := truncatedBelow(info.Config.Metadata); s.next < trunc {
 		return fmt.Errorf("jetstream: scanner %q on channel %q: positions %d..%d were truncated before they were read: %w",
 			s.name, s.w.n.channel, s.next, trunc-1, walimpls.ErrTruncated)
 	}
+	if s.verify {
+		return s.verifyPosition(info, seq)
+	}
 	return nil
+}
+
+// verifyPosition checks that the channel still holds a verifying scanner's
+// position, the sequence before next, in its incarnation
+// (walimpls.CheckPosition). info is the stream's when read already (nil:
+// read it); seen is a message sequence just received (0: none), so the
+// channel's last id is at least that and need not be asked for unless the
+// check fails. Called with sendMu held. A stream that no longer exists is a
+// loss; a look-up without an answer is retryable.
+func (s *scanner) verifyPosition(info *jetstream.StreamInfo, seen uint64) (err error) {
+	ctx, end := s.w.o.request(s.ctx)
+	defer end(&err)
+	if info == nil {
+		if info, err = s.w.st.Info(ctx); err != nil {
+			if errors.Is(err, jetstream.ErrStreamNotFound) {
+				return s.gone()
+			}
+			return fmt.Errorf("jetstream: scanner %q on channel %q: check position %d: %w", s.name, s.w.n.channel, s.next-1, err)
+		}
+	}
+	after := message.MessageID(s.next - 1)
+	if seen > 0 && walimpls.CheckPosition(s.w.n.channel, after, s.inc, boundsOf(info, message.MessageID(seen))) == nil {
+		return nil
+	}
+	last, err := s.w.lastID(ctx, info)
+	if err != nil {
+		return fmt.Errorf("jetstream: scanner %q: check position %d: %w", s.name, after, err)
+	}
+	return walimpls.CheckPosition(s.w.n.channel, after, s.inc, boundsOf(info, last))
+}
+
+// gone is a verifying scanner's loss of its whole channel.
+func (s *scanner) gone() error {
+	return &walimpls.LostError{Channel: s.w.n.channel, After: message.MessageID(s.next - 1), Incarnation: s.inc, Gone: true}
 }
 
 // parseAckReply extracts the stream sequence and timestamp from a JetStream

@@ -190,10 +190,7 @@ func (w *walImpl) lastID(ctx context.Context, info *jetstream.StreamInfo) (messa
 }
 
 // Bounds implements walimpls.WALImpls. The incarnation is the stream's
-// creation time, which a stream deleted and created again does not keep;
-// First is the first message on the data subject at or after the
-// truncation point (fence records share the stream's sequences but are not
-// messages).
+// creation time, which a stream deleted and created again does not keep.
 func (w *walImpl) Bounds(ctx context.Context) (_ walimpls.Bounds, err error) {
 	ctx, end := w.o.request(ctx)
 	defer end(&err)
@@ -201,25 +198,31 @@ func (w *walImpl) Bounds(ctx context.Context) (_ walimpls.Bounds, err error) {
 	if err != nil {
 		return walimpls.Bounds{}, fmt.Errorf("jetstream: channel %q: bounds: stream info: %w", w.n.channel, err)
 	}
-	b := walimpls.Bounds{Incarnation: info.Created.UTC().Format(time.RFC3339Nano)}
 	last, err := w.lastID(ctx, info)
 	if err != nil {
 		return walimpls.Bounds{}, err
 	}
-	b.Last, b.First = last, last+1
+	return boundsOf(info, last), nil
+}
+
+// boundsOf is the channel's Bounds from its stream's info and last id.
+// First is the stream's first sequence, or the truncation point when
+// higher: every sequence below it was removed, every one from it on is
+// held. It may be a record that is not a message (a fence, a marker),
+// which a reader skips: it is not counted as removed, so a reader whose
+// next id is such a record lost nothing.
+func boundsOf(info *jetstream.StreamInfo, last message.MessageID) walimpls.Bounds {
+	b := walimpls.Bounds{Incarnation: incarnationOf(info), Last: last, First: last + 1}
 	from := max(info.State.FirstSeq, truncatedBelow(info.Config.Metadata), 1)
-	if info.State.Msgs == 0 || from > uint64(last) {
-		return b, nil
+	if info.State.Msgs > 0 && from <= uint64(last) {
+		b.First = message.MessageID(from)
 	}
-	first, err := w.st.GetMsg(ctx, from, jetstream.WithGetMsgSubject(w.n.data))
-	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-	case err != nil:
-		return walimpls.Bounds{}, fmt.Errorf("jetstream: channel %q: bounds: first message: %w", w.n.channel, err)
-	default:
-		b.First = message.MessageID(first.Sequence)
-	}
-	return b, nil
+	return b
+}
+
+// incarnationOf names the life of a stream: its creation time.
+func incarnationOf(info *jetstream.StreamInfo) string {
+	return info.Created.UTC().Format(time.RFC3339Nano)
 }
 
 // truncatedBelow reads the truncation point from stream metadata (0: none).

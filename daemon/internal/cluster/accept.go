@@ -1,0 +1,107 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/consumerd/consumerd/allocator"
+	"github.com/consumerd/consumerd/shard"
+)
+
+// LostSources are the sources of shards with a replica FAILED because the
+// source lost messages they had not read (shard.LostSourceIn), by shard.
+func LostSources(snap allocator.Snapshot) map[string][]shard.Source {
+	out := map[string][]shard.Source{}
+	for _, a := range snap.Assignments {
+		if a.Status.State != allocator.StateFailed {
+			continue
+		}
+		if src, ok := shard.LostSourceIn(a.Status.Error); ok && !containsSource(out[a.Item], src) {
+			out[a.Item] = append(out[a.Item], src)
+		}
+	}
+	for _, srcs := range out {
+		sort.Slice(srcs, func(i, j int) bool { return srcs[i].Channel() < srcs[j].Channel() })
+	}
+	return out
+}
+
+func containsSource(srcs []shard.Source, s shard.Source) bool {
+	for _, x := range srcs {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// AcceptSources writes resets, each replacing the spec's reset of the same
+// source, into shard id's spec and unassigns its replicas, in one guarded
+// txn (see `shards accept-source`): the primary the leader assigns next
+// applies them. Each reset's Term must be above every term so far.
+func AcceptSources(ctx context.Context, cli *clientv3.Client, prefix string, snap allocator.Snapshot, id string, resets []shard.SourceReset, out io.Writer) error {
+	info, ok := snap.Items[id]
+	spec, isSpec := info.Item.(*shard.Spec)
+	if !ok || !isSpec || spec == nil {
+		if err := ShardExists(snap, id); err != nil {
+			return err
+		}
+		return fmt.Errorf("--shard: the spec of %s does not decode (%s): write a valid one with 'consumerd shards apply' first", id, snap.InvalidItems[id])
+	}
+	next := *spec
+	next.SourceResets = nil
+	for _, r := range spec.SourceResets {
+		if !resetsSource(resets, r) {
+			next.SourceResets = append(next.SourceResets, r)
+		}
+	}
+	next.SourceResets = append(next.SourceResets, resets...)
+	if err := next.Validate(); err != nil {
+		return err
+	}
+	raw, err := json.Marshal(&next)
+	if err != nil {
+		return fmt.Errorf("encoding shard %s: %w", id, err)
+	}
+	key := allocator.ItemKey(prefix, id)
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", info.ModRevision)}
+	ops := []clientv3.Op{clientv3.OpPut(key, string(raw))}
+	var replicas int
+	for _, a := range append(append([]allocator.Assignment(nil), snap.Assignments...), snap.Undecodable...) {
+		if a.Item != id {
+			continue
+		}
+		ak := allocator.AssignmentKey(prefix, a)
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(ak), "=", a.ModRevision))
+		ops = append(ops, clientv3.OpDelete(ak))
+		replicas++
+	}
+	resp, err := cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	if err != nil {
+		return fmt.Errorf("accepting the sources of shard %s: %w", id, err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("shard %s changed while accepting its sources (a failover?); nothing of it was written, try again", id)
+	}
+	for _, r := range resets {
+		fmt.Fprintf(out, "accept-source %s %s: reads after id %d (from %s) of incarnation %s, term %d\n",
+			id, r.Channel(), r.After, r.From, r.Incarnation, r.Term)
+	}
+	fmt.Fprintf(out, "accept-source %s: %d replica(s) unassigned; the next primary reads on from there\n", id, replicas)
+	return nil
+}
+
+// resetsSource reports whether resets hold a reset of r's source.
+func resetsSource(resets []shard.SourceReset, r shard.SourceReset) bool {
+	for _, x := range resets {
+		if x.Topic == r.Topic && x.Partition == r.Partition {
+			return true
+		}
+	}
+	return false
+}
