@@ -35,6 +35,16 @@ type KeySpace struct {
 	members     map[string]MemberInfo // by key
 	items       map[string]ItemInfo   // by id
 	assignments map[string]Assignment // by key
+	// byMember indexes assignments by member ("zone/id" → their keys), so
+	// a member's Local costs its own assignments, not the cluster's: every
+	// member reads it at every change of the mirror.
+	byMember map[string]map[string]struct{}
+	// localVer counts changes to each member's assignments (by "zone/id"),
+	// itemsVer changes to any item, loads reloads: their sum is
+	// LocalVersion, so a member skips rebuilding Local when nothing of
+	// its own changed.
+	localVer        map[string]uint64
+	itemsVer, loads uint64
 	// badAssign holds assignment keys whose key parses but whose value does
 	// not decode: skipped, but their slots are taken.
 	badAssign map[string]Assignment
@@ -51,6 +61,7 @@ type decoded struct {
 	members     map[string]MemberInfo
 	items       map[string]ItemInfo
 	assignments map[string]Assignment
+	byMember    map[string]map[string]struct{}
 	badAssign   map[string]Assignment
 	badItems    map[string]string
 	restarts    map[string]RestartRecord
@@ -73,6 +84,8 @@ func NewKeySpace(client *clientv3.Client, prefix string, decodeItem func(id stri
 		members:     map[string]MemberInfo{},
 		items:       map[string]ItemInfo{},
 		assignments: map[string]Assignment{},
+		byMember:    map[string]map[string]struct{}{},
+		localVer:    map[string]uint64{},
 		badAssign:   map[string]Assignment{},
 		badItems:    map[string]string{},
 		restarts:    map[string]RestartRecord{},
@@ -91,12 +104,14 @@ func (ks *KeySpace) Load(ctx context.Context) error {
 		return fmt.Errorf("loading %s/: %w", ks.prefix, err)
 	}
 	d := decoded{members: map[string]MemberInfo{}, items: map[string]ItemInfo{}, assignments: map[string]Assignment{},
-		badAssign: map[string]Assignment{}, badItems: map[string]string{}, restarts: map[string]RestartRecord{}}
+		byMember: map[string]map[string]struct{}{}, badAssign: map[string]Assignment{}, badItems: map[string]string{}, restarts: map[string]RestartRecord{}}
 	for _, kv := range resp.Kvs {
 		ks.decodeInto(kv, d)
 	}
 	ks.mu.Lock()
 	ks.members, ks.items, ks.assignments, ks.badAssign, ks.badItems = d.members, d.items, d.assignments, d.badAssign, d.badItems
+	ks.byMember = d.byMember
+	ks.loads++
 	ks.restarts = d.restarts
 	ks.revision = resp.Header.Revision
 	ks.loaded = true
@@ -196,25 +211,29 @@ func (ks *KeySpace) apply(resp clientv3.WatchResponse) {
 		if id, ok := strings.CutPrefix(key, RestartsPrefix(ks.prefix)); ok {
 			delete(ks.restarts, id)
 		}
+		ks.dropAssignmentLocked(key)
 		if ev.Type == mvccpb.DELETE {
 			delete(ks.members, key)
-			delete(ks.assignments, key)
 			if id, err := parseItemKey(ks.prefix, key); err == nil {
 				delete(ks.items, id)
 				delete(ks.badItems, id)
+				ks.itemsVer++
 			}
 			continue
 		}
 		// A put replaces the old value; if the new value does not decode the
 		// key is dropped from the mirror (and logged).
 		delete(ks.members, key)
-		delete(ks.assignments, key)
 		if id, err := parseItemKey(ks.prefix, key); err == nil {
 			delete(ks.items, id)
 			delete(ks.badItems, id)
+			ks.itemsVer++
 		}
 		ks.decodeInto(ev.Kv, decoded{members: ks.members, items: ks.items, assignments: ks.assignments,
-			badAssign: ks.badAssign, badItems: ks.badItems, restarts: ks.restarts})
+			byMember: ks.byMember, badAssign: ks.badAssign, badItems: ks.badItems, restarts: ks.restarts})
+		if a, ok := ks.assignments[key]; ok {
+			ks.localVer[a.Zone+"/"+a.Member]++
+		}
 	}
 	if r := resp.Header.Revision; r > ks.revision {
 		ks.revision = r
@@ -265,6 +284,11 @@ func (ks *KeySpace) decodeInto(kv *mvccpb.KeyValue, d decoded) {
 			a.CreateRevision, a.ModRevision = kv.CreateRevision, kv.ModRevision
 			if a.Status, err = DecodeReplicaStatus(kv.Value); err == nil {
 				d.assignments[key] = a
+				mk := a.Zone + "/" + a.Member
+				if d.byMember[mk] == nil {
+					d.byMember[mk] = map[string]struct{}{}
+				}
+				d.byMember[mk][key] = struct{}{}
 				return
 			}
 			d.badAssign[key] = a
@@ -282,6 +306,24 @@ func (ks *KeySpace) decodeInto(kv *mvccpb.KeyValue, d decoded) {
 		ks.skip(key, err)
 	default:
 		// Other subtrees (e.g. snapshots/) belong to other layers.
+	}
+}
+
+// dropAssignmentLocked removes assignment key (if any) from the mirror and
+// its index.
+func (ks *KeySpace) dropAssignmentLocked(key string) {
+	a, ok := ks.assignments[key]
+	if !ok {
+		return
+	}
+	delete(ks.assignments, key)
+	mk := a.Zone + "/" + a.Member
+	ks.localVer[mk]++
+	if keys := ks.byMember[mk]; keys != nil {
+		delete(keys, key)
+		if len(keys) == 0 {
+			delete(ks.byMember, mk)
+		}
 	}
 }
 
@@ -397,16 +439,23 @@ func (ks *KeySpace) Leader() string {
 	return lead.Key()
 }
 
+// LocalVersion changes (grows) at every change of the mirror that may change
+// Local(zone, id): one of the member's assignments, any item, a reload.
+func (ks *KeySpace) LocalVersion(zone, id string) uint64 {
+	ks.mu.RLock()
+	defer ks.mu.RUnlock()
+	return ks.localVer[zone+"/"+id] + ks.itemsVer + ks.loads
+}
+
 // Local returns the assignments of member zone/id and their items' raw JSON.
 func (ks *KeySpace) Local(zone, id string) LocalState {
 	ks.mu.RLock()
 	st := LocalState{Revision: ks.revision, Items: map[string][]byte{}}
-	for _, a := range ks.assignments {
-		if a.Zone == zone && a.Member == id {
-			st.Assignments = append(st.Assignments, a)
-			if it, ok := ks.items[a.Item]; ok {
-				st.Items[a.Item] = it.Raw
-			}
+	for key := range ks.byMember[zone+"/"+id] {
+		a := ks.assignments[key]
+		st.Assignments = append(st.Assignments, a)
+		if it, ok := ks.items[a.Item]; ok {
+			st.Items[a.Item] = it.Raw
 		}
 	}
 	ks.mu.RUnlock()

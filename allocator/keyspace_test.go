@@ -3,6 +3,7 @@ package allocator
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -187,4 +188,84 @@ func TestTruncateError(t *testing.T) {
 			t.Fatalf("%d bytes were cut to %d", len(s), len(got))
 		}
 	}
+}
+
+// TestKeySpaceLocalIndex: Local is built from the per-member index, which
+// follows puts, moves and deletes; LocalVersion changes at every change of
+// the member's own assignments or of any item, and at nothing else.
+func TestKeySpaceLocalIndex(t *testing.T) {
+	c := etcdtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const p = "/ksi"
+	putJSON(t, c, MemberKey(p, "a", "m1"), MemberSpec{ItemLimit: 5})
+	putJSON(t, c, MemberKey(p, "b", "m2"), MemberSpec{ItemLimit: 5})
+	putJSON(t, c, ItemKey(p, "s1"), map[string]any{"hot_standbys": 1})
+	s1m1 := AssignmentKey(p, Assignment{Item: "s1", Zone: "a", Member: "m1", Slot: 0})
+	putJSON(t, c, s1m1, ReplicaStatus{State: StatePrimary})
+
+	ks := NewKeySpace(c, p, nil, nil)
+	if err := ks.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = ks.Watch(wctx)
+	}()
+	defer func() { wcancel(); wg.Wait() }()
+
+	items := func(zone, id string) string {
+		var out []string
+		for _, a := range ks.Local(zone, id).Assignments {
+			out = append(out, a.Item+"/"+strconv.Itoa(a.Slot)+":"+string(a.Status.State))
+		}
+		return strings.Join(out, " ")
+	}
+	// step writes, waits for the mirror, and checks which members' local
+	// versions changed and what their Local holds.
+	step := func(what string, write func() int64, m1Changes, m2Changes bool, m1Want, m2Want string) {
+		t.Helper()
+		v1, v2 := ks.LocalVersion("a", "m1"), ks.LocalVersion("b", "m2")
+		if err := ks.WaitForRevision(ctx, write()); err != nil {
+			t.Fatal(err)
+		}
+		if got := ks.LocalVersion("a", "m1") != v1; got != m1Changes {
+			t.Errorf("%s: m1's local version changed %v, want %v", what, got, m1Changes)
+		}
+		if got := ks.LocalVersion("b", "m2") != v2; got != m2Changes {
+			t.Errorf("%s: m2's local version changed %v, want %v", what, got, m2Changes)
+		}
+		if got := items("a", "m1"); got != m1Want {
+			t.Errorf("%s: m1 holds %q, want %q", what, got, m1Want)
+		}
+		if got := items("b", "m2"); got != m2Want {
+			t.Errorf("%s: m2 holds %q, want %q", what, got, m2Want)
+		}
+	}
+	s1m2 := AssignmentKey(p, Assignment{Item: "s1", Zone: "b", Member: "m2", Slot: 1})
+	step("m2 gets a standby", func() int64 { return putJSON(t, c, s1m2, ReplicaStatus{State: StateIdle}) },
+		false, true, "s1/0:PRIMARY", "s1/1:IDLE")
+	step("m2's status", func() int64 { return putJSON(t, c, s1m2, ReplicaStatus{State: StateStandby}) },
+		false, true, "s1/0:PRIMARY", "s1/1:STANDBY")
+	step("a member's spec", func() int64 { return putJSON(t, c, MemberKey(p, "b", "m2"), MemberSpec{ItemLimit: 6}) },
+		false, false, "s1/0:PRIMARY", "s1/1:STANDBY")
+	step("an item", func() int64 { return putJSON(t, c, ItemKey(p, "s1"), map[string]any{"hot_standbys": 2}) },
+		true, true, "s1/0:PRIMARY", "s1/1:STANDBY")
+	step("m1's primary deleted", func() int64 {
+		resp, err := c.Delete(ctx, s1m1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Revision
+	}, true, false, "", "s1/1:STANDBY")
+	step("an undecodable status", func() int64 {
+		resp, err := c.Put(ctx, s1m2, "{")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Revision
+	}, false, true, "", "")
 }

@@ -427,6 +427,7 @@ func (m *Member) Run(ctx context.Context) error {
 	defer cancel()
 
 	var last *LocalState
+	var lastVer uint64
 	conv := &m.conv
 	conv.init(m)
 	// Failed converge rounds are retried with the one policy: 100 ms
@@ -442,12 +443,17 @@ func (m *Member) Run(ctx context.Context) error {
 			m.closeDone()
 			return fmt.Errorf("allocator: %s: member key deleted: %w", m.key, ErrLeaseLost)
 		}
-		st := m.ks.Local(m.cfg.Zone, m.cfg.MemberID)
-		if last == nil || !sameLocal(*last, st) {
-			m.publishLocal(st)
-			last = &st
+		// Local is rebuilt only when something of this member's changed:
+		// every member wakes at every change of the cluster.
+		if ver := m.ks.LocalVersion(m.cfg.Zone, m.cfg.MemberID); last == nil || ver != lastVer {
+			st := m.ks.Local(m.cfg.Zone, m.cfg.MemberID)
+			if last == nil || !sameLocal(*last, st) {
+				m.publishLocal(st)
+				last = &st
+			}
+			lastVer = ver
 		}
-		if m.exiting() && len(st.Assignments) == 0 {
+		if m.exiting() && len(last.Assignments) == 0 {
 			m.log.Info("member drained; exiting")
 			return nil
 		}
