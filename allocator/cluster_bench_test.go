@@ -2,11 +2,12 @@ package allocator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -24,14 +25,16 @@ import (
 // BenchmarkCluster simulates a cluster at scale on one real etcd: members
 // that run the real Member (lease, keyspace mirror, leader's schedule and
 // converge) with a stub replica that reports every assignment STANDBY (slot
-// 0: PRIMARY) as soon as it sees it — no RocksDB, no WAL. Shards have two hot
-// standbys (3 replicas). Each round places every shard, then one member
-// joins, then one member (not the leader) dies; each phase ends when every
-// shard has its replicas consistent and the leader is idle at etcd's latest
-// revision. Figures per phase: seconds, replicas moved (assignment keys
-// created), etcd transactions per move (the leader's converge txns and the
-// stubs' status updates) and the watch traffic per move (bytes of every
-// event under the root, times the members watching it).
+// 0: PRIMARY) as soon as it sees it — no RocksDB, no WAL. Shards have two
+// hot standbys (3 replicas). Each round seeds a placed cluster (see seed),
+// then one member joins, then one member (not the leader) dies; each phase
+// ends when every shard has its replicas consistent and the leader is idle
+// at etcd's latest revision. Figures per phase: seconds, replicas moved
+// (assignment keys created), etcd transactions per move (the leader's
+// converge txns and the stubs' status updates) and the watch traffic per
+// move (bytes of every event under the root, times the members watching
+// it). All members share the machine's cores here; in a cluster each has
+// its own, so the seconds are an upper bound.
 //
 // CONSUMERD_BENCH_CLUSTER_SHARDS and _MEMBERS change the size (defaults
 // 10,000 and 50).
@@ -79,6 +82,8 @@ type clusterSim struct {
 	bytes    atomic.Int64 // their keys' and values' bytes
 	creates  atomic.Int64 // assignment keys created
 	seen     atomic.Int64 // the counting watcher's revision
+	// assigned and consistent count the assignment keys at seen.
+	assigned, consistent atomic.Int64
 }
 
 // stubMember is a Member with a stub replica: it reports each of its
@@ -98,9 +103,8 @@ func clusterRound(tb testing.TB, shards, nMembers int) []benchround.Figure {
 	for i := 0; i < nMembers; i++ {
 		c.addMember(i)
 	}
-	c.writeItems()
 	var figs []benchround.Figure
-	figs = append(figs, c.phase("place", func() {})...)
+	figs = append(figs, c.phase("seed", c.seed)[0]) // its seconds only: the rest is the seed's writes
 	figs = append(figs, c.phase("join", func() { c.addMember(nMembers) })...)
 	figs = append(figs, c.phase("loss", func() { c.kill(nMembers / 2) })...)
 	return figs
@@ -142,24 +146,44 @@ func (c *clusterSim) live() []*stubMember {
 	return out
 }
 
-// watch counts every event under the root until the round ends.
+// watch counts every event under the root until the round ends, and keeps
+// the assignments' states: the convergence check reads them instead of
+// loading 30,000 keys from etcd at every poll.
 func (c *clusterSim) watch() {
 	cli := etcdtest.NewClient(c.tb, c.eps)
 	ctx, cancel := context.WithCancel(c.ctx)
 	done := make(chan struct{})
 	c.tb.Cleanup(func() { cancel(); <-done })
 	wch := cli.Watch(ctx, c.prefix+"/", clientv3.WithPrefix())
+	consistent := map[string]bool{} // by assignment key
 	go func() {
 		defer close(done)
 		for resp := range wch {
 			for _, ev := range resp.Events {
 				c.events.Add(1)
 				c.bytes.Add(int64(len(ev.Kv.Key) + len(ev.Kv.Value)))
-				if ev.Type == mvccpb.PUT && ev.Kv.Version == 1 && len(ev.Kv.Key) > len(assignPrefix(c.prefix)) &&
-					string(ev.Kv.Key[:len(assignPrefix(c.prefix))]) == assignPrefix(c.prefix) {
+				key := string(ev.Kv.Key)
+				if !strings.HasPrefix(key, assignPrefix(c.prefix)) {
+					continue
+				}
+				if ev.Type == mvccpb.DELETE {
+					delete(consistent, key)
+					continue
+				}
+				if ev.Kv.Version == 1 {
 					c.creates.Add(1)
 				}
+				st, err := DecodeReplicaStatus(ev.Kv.Value)
+				consistent[key] = err == nil && st.State.Consistent()
 			}
+			n := 0
+			for _, ok := range consistent {
+				if ok {
+					n++
+				}
+			}
+			c.assigned.Store(int64(len(consistent)))
+			c.consistent.Store(int64(n))
 			c.seen.Store(resp.Header.Revision)
 		}
 	}()
@@ -181,7 +205,9 @@ func (c *clusterSim) addMember(i int) {
 	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
-		_ = m.Run(ctx)
+		if err := m.Run(ctx); err != nil && ctx.Err() == nil {
+			c.tb.Errorf("member %s/%s stopped: %v (the machine too busy to keep its lease?)", m.Zone(), m.ID(), err)
+		}
 	}()
 	go func() {
 		defer s.wg.Done()
@@ -252,55 +278,75 @@ func (c *clusterSim) stop() {
 	}
 }
 
-func (c *clusterSim) writeItems() {
+// seed writes every shard with its replicas already placed (by Solve, as
+// the leader would) and consistent, under the members' leases: the state
+// of a cluster that has been running, reached in seconds instead of the
+// minutes 30,000 replicas take to report in. Each shard's item and
+// assignments go in one transaction, so the leader never sees a shard
+// without its replicas.
+func (c *clusterSim) seed() {
 	cli := etcdtest.NewClient(c.tb, c.eps)
+	live := c.live()
+	sort.Slice(live, func(i, j int) bool {
+		a, b := live[i].m, live[j].m
+		return a.Zone() < b.Zone() || a.Zone() == b.Zone() && a.ID() < b.ID()
+	})
+	members := make([]SchedMember, len(live))
+	for i, s := range live {
+		members[i] = SchedMember{Zone: s.m.Zone(), ID: s.m.ID(), Limit: 2*3*c.shards/c.nMembers + 10}
+	}
+	items := make([]SchedItem, c.shards)
+	for i := range items {
+		items[i] = SchedItem{ID: fmt.Sprintf("shard-%05d", i), Replication: 3}
+	}
+	sol := Solve(members, items)
 	var ops []clientv3.Op
 	flush := func() {
-		if len(ops) == 0 {
-			return
-		}
 		if _, err := cli.Txn(c.ctx).Then(ops...).Commit(); err != nil {
 			c.tb.Fatal(err)
 		}
 		ops = ops[:0]
 	}
-	for i := 0; i < c.shards; i++ {
-		ops = append(ops, clientv3.OpPut(ItemKey(c.prefix, fmt.Sprintf("shard-%05d", i)), `{"hot_standbys":2}`))
-		if len(ops) == maxTxnOps {
+	for i, it := range items {
+		ops = append(ops, clientv3.OpPut(ItemKey(c.prefix, it.ID), `{"hot_standbys":2}`))
+		for k, mi := range sol.Desired[i] {
+			s := live[mi]
+			st := `{"state":"STANDBY"}`
+			if k == 0 {
+				st = `{"state":"PRIMARY"}`
+			}
+			a := Assignment{Item: it.ID, Zone: s.m.Zone(), Member: s.m.ID(), Slot: k}
+			ops = append(ops, clientv3.OpPut(AssignmentKey(c.prefix, a), st, clientv3.WithLease(s.m.LeaseID())))
+		}
+		if len(ops) > maxTxnOps-4 {
 			flush()
 		}
 	}
-	flush()
+	if len(ops) > 0 {
+		flush()
+	}
 }
 
-// waitConverged waits until every shard has 3 consistent replicas with a
-// PRIMARY in slot 0, and the leader found nothing to do at etcd's latest
-// revision. Polled every 50 ms (the seconds' resolution).
+// waitConverged waits until every shard has 3 consistent replicas (as the
+// counting watcher saw them) and the leader found nothing to do, both at
+// etcd's latest revision. Polled every 50 ms (the seconds' resolution).
 func (c *clusterSim) waitConverged(phase string) {
-	var rev int64
 	cli := etcdtest.NewClient(c.tb, c.eps)
 	leader := c.members[0].m
 	deadline, _ := c.ctx.Deadline()
+	want := int64(3 * c.shards)
 	waitfor.Every(c.tb, 50*time.Millisecond, time.Until(deadline), phase+": the cluster to converge", func() (bool, string) {
-		resp, err := cli.Get(c.ctx, assignPrefix(c.prefix), clientv3.WithPrefix())
+		if c.tb.Failed() { // a member stopped: it would never converge
+			c.tb.FailNow()
+		}
+		resp, err := cli.Get(c.ctx, c.prefix+"/", clientv3.WithCountOnly()) // etcd's revision
 		if err != nil {
 			c.tb.Fatal(err)
 		}
-		consistent := 0
-		for _, kv := range resp.Kvs {
-			var st ReplicaStatus
-			if json.Unmarshal(kv.Value, &st) == nil && st.State.Consistent() {
-				consistent++
-			}
-		}
-		idle := leader.idleRev.Load()
-		rev = resp.Header.Revision
-		return len(resp.Kvs) == 3*c.shards && consistent == 3*c.shards && idle >= resp.Header.Revision,
-			fmt.Sprintf("%d assignments, %d consistent, of %d; the leader idle at revision %d of %d",
-				len(resp.Kvs), consistent, 3*c.shards, idle, resp.Header.Revision)
-	})
-	// The counts are the watcher's: let it see what converged.
-	waitfor.Until(c.tb, time.Until(deadline), phase+": the counting watcher", func() (bool, string) {
-		return c.seen.Load() >= rev, fmt.Sprintf("at revision %d of %d", c.seen.Load(), rev)
+		rev, seen, idle := resp.Header.Revision, c.seen.Load(), leader.idleRev.Load()
+		assigned, consistent := c.assigned.Load(), c.consistent.Load()
+		return seen >= rev && idle >= rev && assigned == want && consistent == want,
+			fmt.Sprintf("%d assignments, %d consistent, of %d, at revision %d; the leader idle at %d; etcd at %d",
+				assigned, consistent, want, seen, idle, rev)
 	})
 }
