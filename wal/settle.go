@@ -47,7 +47,9 @@ func (w *walAdaptor) settleDrained(items []*asyncItem) (failed error) {
 		outs[i] = settleOutcome{dispatched: it.dispatched, err: it.err, idempotent: w.idempotent(it)}
 	}
 	chained := w.term > 0
-	for i, action := range planSettle(outs, chained) {
+	plan := planSettle(outs, chained)
+	resends := w.resendIdempotent(items, plan)
+	for i, action := range plan {
 		it := items[i]
 		if failed != nil && !outs[i].stored() {
 			w.complete(it, 0, w.abandoned(failed))
@@ -63,7 +65,12 @@ func (w *walAdaptor) settleDrained(items []*asyncItem) (failed error) {
 			w.complete(it, 0, err)
 		case settleRetry:
 			var id message.MessageID
-			if err = w.precheck(it); err == nil {
+			switch {
+			case resends != nil:
+				id, err = resends[i].id, resends[i].err
+			case w.precheck(it) != nil:
+				err = w.precheck(it)
+			default:
 				id, err = w.appendWithRetry(it)
 			}
 			w.complete(it, id, err)
