@@ -3,6 +3,7 @@ package wal_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -81,11 +82,44 @@ func TestIdempotentRetriedUntilContext(t *testing.T) {
 	h.fail = 1 << 40
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	_, err := w.Append(ctx, idemMsg("b"))
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("error %v, want the context's deadline", err)
+	done := make(chan error, 1)
+	w.AppendAsync(ctx, idemMsg("b"), func(_ *wal.AppendResult, err error) { done <- err })
+	if err := <-done; !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, errTransient) {
+		t.Fatalf("error %v, want the context's deadline and the last error", err)
 	}
 	if h.calls.Load() <= 10 {
 		t.Fatalf("attempts = %d, want more than the policy's 10", h.calls.Load())
+	}
+}
+
+// TestIdempotentWindowResentInRounds: a window of idempotent appends whose
+// tries keep failing (30 failures over 20 appends, acknowledgements out of
+// order) is resent round after round until each is stored: every append
+// succeeds and each message is stored once, in call order.
+func TestIdempotentWindowResentInRounds(t *testing.T) {
+	e := newEnv(t, true)
+	h := &hookCounter{fail: 30, err: errTransient}
+	e.mem.SetAppendHook(h.hook)
+	w := e.open(t, "t/0000", 0)
+	const total = 20
+	errs := make([]error, total)
+	var want []string
+	var wg sync.WaitGroup
+	wg.Add(total)
+	for i := 0; i < total; i++ {
+		want = append(want, strconv.Itoa(i))
+		w.AppendAsync(context.Background(), idemMsg(want[i]), func(_ *wal.AppendResult, err error) {
+			errs[i] = err
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("append %d: %v", i, err)
+		}
+	}
+	if got := payloads(readAll(t, w)); !equal(got, want) {
+		t.Fatalf("log = %v, want %v", got, want)
 	}
 }

@@ -20,8 +20,9 @@ type resent struct {
 // to retry when every one of them is idempotent (see idempotent); it returns
 // nil, leaving them to the one-at-a-time path, otherwise. It resends them
 // pipelined, in call order, in rounds: each round, after a backoff of the
-// WAL's policy, hands every one not yet settled to the backend and waits
-// for all their outcomes; transient failures go to the next round. Order
+// WAL's policy, resends the first one not yet settled and, once that one
+// is stored, all the others, and waits for their outcomes; transient
+// failures go to the next round. Order
 // holds because a round sends in call order and a resend of one already
 // stored is acknowledged as a duplicate. It ends for an append when its
 // context ends or the WAL closes, whatever the policy's attempts (see
@@ -62,7 +63,14 @@ func (w *walAdaptor) resendIdempotent(items []*asyncItem, plan []settleAction) [
 			}
 			continue // the first one's context ended: the others may go on
 		}
-		todo = w.resendRound(items, todo, out)
+		// A probe first: while the broker recovers (a restart), the first
+		// appends it gets fail and later ones may be stored; resending the
+		// rest only once one is stored keeps the failures a prefix, and so
+		// the order.
+		if again := w.resendRound(items, todo[:1], out); len(again) > 0 {
+			continue
+		}
+		todo = w.resendRound(items, todo[1:], out)
 	}
 	for _, i := range all {
 		switch err := out[i].err; {
@@ -120,7 +128,11 @@ func (w *walAdaptor) resendRound(items []*asyncItem, todo []int, out []resent) [
 	for _, i := range todo {
 		w.m.retries.Inc()
 		wg.Add(1)
+		prev := out[i].err
 		w.async.AppendAsync(items[i].ctx, items[i].msg, func(id message.MessageID, err error) {
+			if err != nil && items[i].ctx.Err() != nil && walimpls.IsRetryable(prev) {
+				err = prev // the context ended: the failure worth naming is the last one
+			}
 			out[i] = resent{id: id, err: err}
 			wg.Done()
 		})

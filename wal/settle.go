@@ -38,8 +38,9 @@ func (w *walAdaptor) recover(items []*asyncItem) {
 }
 
 // settleDrained settles a drained window in call order, following
-// planSettle, and retries what it says to retry, one at a time, with the
-// WAL's retry policy. On a fenced WAL it returns the first error an append
+// planSettle, and retries what it says to retry with the WAL's retry
+// policy: pipelined in rounds when every one is idempotent
+// (resendIdempotent), else one at a time. On a fenced WAL it returns the first error an append
 // ended with (after which every later append of the window was abandoned).
 func (w *walAdaptor) settleDrained(items []*asyncItem) (failed error) {
 	outs := make([]settleOutcome, len(items))
@@ -65,12 +66,9 @@ func (w *walAdaptor) settleDrained(items []*asyncItem) (failed error) {
 			w.complete(it, 0, err)
 		case settleRetry:
 			var id message.MessageID
-			switch {
-			case resends != nil:
+			if resends != nil {
 				id, err = resends[i].id, resends[i].err
-			case w.precheck(it) != nil:
-				err = w.precheck(it)
-			default:
+			} else if err = w.precheck(it); err == nil {
 				id, err = w.appendWithRetry(it)
 			}
 			w.complete(it, id, err)
