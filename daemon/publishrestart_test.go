@@ -244,7 +244,7 @@ func TestPublishFailureNamesRunID(t *testing.T) {
 	if code != 1 || m == nil || !strings.Contains(errs, "--timeout "+timeout.String()+" passed") {
 		t.Fatalf("publish with the server gone: exit %d, stderr %q; want exit 1 naming --timeout, the lines known stored and the run id", code, errs)
 	}
-	t.Logf("failed run: %s of %s lines known stored, run id %s", m[1], m[2], m[3])
+	t.Logf("failed run: %s of %s lines known stored, run id %s; stderr:\n%s", m[1], m[2], m[3], errs)
 	p.feed.stop()
 
 	srv.Start()

@@ -192,6 +192,7 @@ func (p *publishRun) run(ctx context.Context, cmd *cobra.Command) error {
 	sc := bufio.NewScanner(cmd.InOrStdin())
 	sc.Buffer(make([]byte, 64*1024), maxLine)
 	line, sent := 0, 0
+	var stalled error // the deadline passed while waiting for room in flight
 	for sc.Scan() && !p.failed() {
 		line++
 		text := sc.Bytes()
@@ -206,9 +207,10 @@ func (p *publishRun) run(ctx context.Context, cmd *cobra.Command) error {
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
-			p.fail(ctx.Err())
+			// Reported after the appends in flight: their errors say why.
+			stalled = fmt.Errorf("line %d: waiting for one of %d unacknowledged lines: %w", line, maxInFlight, ctx.Err())
 		}
-		if p.failed() {
+		if stalled != nil || p.failed() {
 			break
 		}
 		wg.Add(1)
@@ -235,6 +237,9 @@ func (p *publishRun) run(ctx context.Context, cmd *cobra.Command) error {
 	}
 	if !cmdline.WaitBy(ctx, wg.Wait) {
 		p.fail(fmt.Errorf("appends still unacknowledged: %w", ctx.Err()))
+	}
+	if stalled != nil {
+		p.fail(stalled)
 	}
 	p.mu.Lock() // appends abandoned at the deadline may still report
 	firstErr, acked := p.firstErr, p.acked
