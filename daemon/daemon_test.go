@@ -11,11 +11,12 @@ import (
 
 	"github.com/consumerd/consumerd/daemon/internal/buildinfo"
 	"github.com/consumerd/consumerd/examples/wordcount"
+	"github.com/consumerd/consumerd/internal/natsproc"
 	"github.com/consumerd/consumerd/shard"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
+	natsproc.Main(m, // removes the nats-server that natsproc.Binary built
 		// nats.go v1.55.0 (object store, reconnects): this goroutine may start
 		// after the connection closed and then waits on a nil channel forever
 		// (third party; recoverylog/snapshot ignores it for the same reason).

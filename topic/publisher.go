@@ -2,8 +2,12 @@ package topic
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
+	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -14,11 +18,24 @@ import (
 // Publisher appends messages to topic partitions. It opens each partition's
 // WAL (term 0, unfenced) on first use and keeps it until Close. It is safe for
 // concurrent use. Messages published from one goroutine to one partition are
-// stored in call order (the WAL's guarantee); idempotence comes from the
-// message's DedupeID on backends that honour it.
+// stored in call order (the WAL's guarantee).
+//
+// Idempotent by default: a message without a DedupeID gets one, the
+// publisher's random run id and a sequence number, so the WAL's retries of
+// it (through a broker restart or a leader change, resent in call order
+// until the caller's ctx ends) never store it twice — on backends that
+// honour DedupeIDs, within their duplicate window (JetStream: the stream's
+// duplicate window, 2 minutes by default). A retried message whose first
+// try really was not stored may land after later messages of its
+// partition that were (see wal's planSettle); none is lost or doubled.
+// Give messages your own DedupeIDs to make a re-run of the same input after
+// a failure store nothing twice too. A ctx without a deadline lets an
+// append wait for the broker until Close.
 type Publisher struct {
 	opener wal.Opener
 	logger hclog.Logger
+	runID  string        // prefix of default DedupeIDs: random per publisher
+	seq    atomic.Uint64 // suffix of default DedupeIDs
 
 	mu     sync.Mutex
 	closed bool
@@ -38,7 +55,17 @@ func NewPublisher(opener wal.Opener, logger hclog.Logger) *Publisher {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	return &Publisher{opener: opener, logger: logger, wals: make(map[string]*walEntry)}
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return &Publisher{opener: opener, logger: logger, runID: "tp" + hex.EncodeToString(b[:]) + "/",
+		wals: make(map[string]*walEntry)}
+}
+
+// stamp gives msg a default DedupeID unless it has one.
+func (p *Publisher) stamp(msg *message.MutableMessage) {
+	if msg.DedupeID == "" {
+		msg.DedupeID = p.runID + strconv.FormatUint(p.seq.Add(1), 36)
+	}
 }
 
 // wal returns the partition's WAL, opening it on first use. A failed open is
@@ -117,6 +144,7 @@ func (p *Publisher) PublishAsync(ctx context.Context, d Description, msg message
 		cb(part, 0, err)
 		return
 	}
+	p.stamp(&msg)
 	w.AppendAsync(ctx, msg, func(r *wal.AppendResult, err error) {
 		if err != nil {
 			cb(part, 0, fmt.Errorf("publish to %q: %w", part.Channel(), err))
@@ -133,6 +161,7 @@ func (p *Publisher) PublishTo(ctx context.Context, part Partition, msg message.M
 	if err != nil {
 		return 0, err
 	}
+	p.stamp(&msg)
 	r, err := w.Append(ctx, msg)
 	if err != nil {
 		return 0, fmt.Errorf("publish to %q: %w", part.Channel(), err)

@@ -38,16 +38,19 @@ func (w *walAdaptor) recover(items []*asyncItem) {
 }
 
 // settleDrained settles a drained window in call order, following
-// planSettle, and retries what it says to retry, one at a time, with the
-// WAL's retry policy. On a fenced WAL it returns the first error an append
+// planSettle, and retries what it says to retry with the WAL's retry
+// policy: pipelined in rounds when every one is idempotent
+// (resendIdempotent), else one at a time. On a fenced WAL it returns the first error an append
 // ended with (after which every later append of the window was abandoned).
 func (w *walAdaptor) settleDrained(items []*asyncItem) (failed error) {
 	outs := make([]settleOutcome, len(items))
 	for i, it := range items {
-		outs[i] = settleOutcome{dispatched: it.dispatched, err: it.err}
+		outs[i] = settleOutcome{dispatched: it.dispatched, err: it.err, idempotent: w.idempotent(it)}
 	}
 	chained := w.term > 0
-	for i, action := range planSettle(outs, chained) {
+	plan := planSettle(outs, chained)
+	resends := w.resendIdempotent(items, plan)
+	for i, action := range plan {
 		it := items[i]
 		if failed != nil && !outs[i].stored() {
 			w.complete(it, 0, w.abandoned(failed))
@@ -63,7 +66,9 @@ func (w *walAdaptor) settleDrained(items []*asyncItem) (failed error) {
 			w.complete(it, 0, err)
 		case settleRetry:
 			var id message.MessageID
-			if err = w.precheck(it); err == nil {
+			if resends != nil {
+				id, err = resends[i].id, resends[i].err
+			} else if err = w.precheck(it); err == nil {
 				id, err = w.appendWithRetry(it)
 			}
 			w.complete(it, id, err)
@@ -81,13 +86,28 @@ func (w *walAdaptor) abandoned(cause error) error {
 	return fmt.Errorf("wal: append to %q: not appended because an earlier append failed: %w", w.channel, cause)
 }
 
+// idempotent reports whether it is an unfenced append that carries a
+// DedupeID: a resend of it is acknowledged as a duplicate if it was stored,
+// so retrying it cannot store it twice (within the backend's duplicate
+// window).
+func (w *walAdaptor) idempotent(it *asyncItem) bool {
+	return w.term == 0 && it.msg.DedupeID != ""
+}
+
 // appendWithRetry retries a failed append synchronously at the backend,
 // with the WAL's retry policy; the pipelined try that failed counts as the
-// first attempt.
+// first attempt. An idempotent append is retried until its context ends or
+// the WAL closes, whatever the policy's attempts: a broker restart or a
+// leader change may take longer than they last, and waiting it out is what
+// its caller wants (it bounds the wait with the context).
 func (w *walAdaptor) appendWithRetry(it *asyncItem) (message.MessageID, error) {
 	var id message.MessageID
 	first := true
-	err := w.do(it.ctx, "append to "+w.channel, func() error {
+	policy := w.opts.retry
+	if w.idempotent(it) {
+		policy.Attempts = 0
+	}
+	err := w.doWith(it.ctx, policy, "append to "+w.channel, func() error {
 		if first {
 			first = false
 			return it.err
@@ -112,7 +132,8 @@ const (
 	// settleReport reports the outcome as it is (stored, or a final error).
 	settleReport settleAction = iota
 	// settleDrop reports the transient error without retrying: a later
-	// append was stored, so a retry would store this one out of order.
+	// append was stored, so a retry would store this one out of order, and
+	// without a DedupeID perhaps twice.
 	settleDrop
 	// settleRetry retries the append (in order, one at a time).
 	settleRetry
@@ -140,6 +161,7 @@ func (a settleAction) String() string {
 type settleOutcome struct {
 	dispatched bool // handed to the backend
 	err        error
+	idempotent bool // unfenced with a DedupeID: a resend cannot store it twice
 }
 
 func (o settleOutcome) stored() bool { return o.dispatched && o.err == nil }
@@ -158,7 +180,13 @@ func firstFailed(outs []settleOutcome) int {
 // reported, retried, dropped or abandoned. Pure: no I/O.
 //
 // Unchained (term 0): a transient failure after the last stored append is
-// retried; one before it is dropped (a retry would store it out of order).
+// retried; one before it is dropped (a retry would store it out of order),
+// unless it is idempotent: then it is retried too, in call order, so that a
+// broker restart loses nothing and stores nothing twice. Its reply may have
+// been lost (then the resend is acknowledged as a duplicate, in place); if
+// it really was not stored, it is stored after the later ones — the one
+// case where an idempotent append is stored out of call order, rather than
+// not at all.
 //
 // Chained (a fenced WAL, whose backend keeps what is stored a prefix of the
 // calls): every transient failure is retried in order — a stored append
@@ -194,7 +222,7 @@ func planSettle(outs []settleOutcome, chained bool) []settleAction {
 		switch {
 		case o.err == nil || !walimpls.IsRetryable(o.err):
 			plan[i] = settleReport
-		case i < lastStored:
+		case i < lastStored && !o.idempotent:
 			plan[i] = settleDrop
 		default:
 			plan[i] = settleRetry

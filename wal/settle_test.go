@@ -18,6 +18,8 @@ func parseOutcome(s string) (settleOutcome, error) {
 		return settleOutcome{dispatched: true}, nil
 	case "transient":
 		return settleOutcome{dispatched: true, err: errors.New("timeout")}, nil
+	case "idem":
+		return settleOutcome{dispatched: true, err: errors.New("timeout"), idempotent: true}, nil
 	case "fenced":
 		return settleOutcome{dispatched: true, err: fmt.Errorf("x: %w", ErrFenced)}, nil
 	case "closed":

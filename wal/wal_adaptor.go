@@ -148,7 +148,12 @@ func (w *walAdaptor) setFenced(err error) {
 // (walimpls.IsRetryable) are retried with backoff until the policy, ctx or
 // Close ends it (then the error wraps ErrClosed).
 func (w *walAdaptor) do(ctx context.Context, op string, fn func() error) error {
-	err := w.opts.retry.Do(ctx, retry.Call{
+	return w.doWith(ctx, w.opts.retry, op, fn)
+}
+
+// doWith is do with policy instead of the WAL's.
+func (w *walAdaptor) doWith(ctx context.Context, policy retry.Policy, op string, fn func() error) error {
+	err := policy.Do(ctx, retry.Call{
 		Stop:      w.closing,
 		Retryable: walimpls.IsRetryable,
 		OnRetry: func(attempt int, wait time.Duration, err error) {

@@ -21,10 +21,13 @@ import (
 	"github.com/consumerd/consumerd/internal/ident"
 	"github.com/consumerd/consumerd/topic"
 	"github.com/consumerd/consumerd/wal/message"
+	"github.com/consumerd/consumerd/wal/walimpls/jetstream"
 )
 
-// maxInFlight bounds the publishes awaiting their acknowledgement.
-const maxInFlight = 1024
+// maxInFlight bounds the lines read and not yet acknowledged (or failed):
+// what a failed run leaves unknown, and the memory the run holds. It stays
+// at the JetStream backend's MaxPending (4000 appends per connection).
+const maxInFlight = 4000
 
 // maxLine bounds one input line: NATS's own ceiling on max_payload.
 const maxLine = 64 << 20
@@ -89,11 +92,15 @@ topics create). --format says what a line is:
           (default "key": a string, or the text of a number or boolean)
 A message (key, unless it equals the payload, plus payload) must fit the NATS
 server's max_payload (1 MiB by default): a larger one fails, naming its line.
-Every message carries a dedupe id, RUN/<line number>: with --id RUN, re-running
-the same input after a failure stores nothing twice (within the stream's
-duplicate window, 2 minutes by default); without it RUN is random. The run
-stops at the first bad line or failed append (exit 1, naming the line) and
-never takes longer than --timeout.`,
+Every message carries a dedupe id, RUN/<line number>; without --id, RUN is
+random. Through a NATS restart or a leader change publish waits and resends
+what was not acknowledged, in order per partition, and no line is stored twice
+(the stream drops a dedupe id it has seen within its duplicate window, 2
+minutes). It gives up only when --timeout passes: exit 1, saying how many
+lines are known stored and the run id; re-running the same input with
+--id RUN within the duplicate window then stores only what is missing. The
+run also stops at the first bad line or refused message (exit 1, naming the
+line).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := ident.Check(topicName); err != nil {
@@ -122,8 +129,7 @@ never takes longer than --timeout.`,
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			p := &publishRun{cf: cf, topic: topicName, runID: runID, parse: parserFor(format, keyField), timeout: timeout,
-				idGiven: cmd.Flags().Changed("id")}
+			p := &publishRun{cf: cf, topic: topicName, runID: runID, parse: parserFor(format, keyField), timeout: timeout}
 			return p.run(ctx, cmd)
 		},
 	}
@@ -142,7 +148,6 @@ type publishRun struct {
 	cf      connect.ClientFlags
 	topic   string
 	runID   string
-	idGiven bool
 	parse   lineParser
 	timeout time.Duration
 
@@ -187,6 +192,7 @@ func (p *publishRun) run(ctx context.Context, cmd *cobra.Command) error {
 	sc := bufio.NewScanner(cmd.InOrStdin())
 	sc.Buffer(make([]byte, 64*1024), maxLine)
 	line, sent := 0, 0
+	var stalled error // the deadline passed while waiting for room in flight
 	for sc.Scan() && !p.failed() {
 		line++
 		text := sc.Bytes()
@@ -201,9 +207,10 @@ func (p *publishRun) run(ctx context.Context, cmd *cobra.Command) error {
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
-			p.fail(ctx.Err())
+			// Reported after the appends in flight: their errors say why.
+			stalled = fmt.Errorf("line %d: waiting for one of %d unacknowledged lines: %w", line, maxInFlight, ctx.Err())
 		}
-		if p.failed() {
+		if stalled != nil || p.failed() {
 			break
 		}
 		wg.Add(1)
@@ -231,20 +238,25 @@ func (p *publishRun) run(ctx context.Context, cmd *cobra.Command) error {
 	if !cmdline.WaitBy(ctx, wg.Wait) {
 		p.fail(fmt.Errorf("appends still unacknowledged: %w", ctx.Err()))
 	}
+	if stalled != nil {
+		p.fail(stalled)
+	}
 	p.mu.Lock() // appends abandoned at the deadline may still report
 	firstErr, acked := p.firstErr, p.acked
 	p.mu.Unlock()
 	if firstErr != nil {
-		hint := ""
-		if !p.idGiven {
-			hint = "; re-run with --id to make a re-run store nothing twice"
-		} else {
-			hint = fmt.Sprintf("; re-running with --id %s stores nothing twice", p.runID)
-		}
-		return p.timedOut(ctx, fmt.Errorf("publishing to topic %s: %w (%d of %d messages acknowledged%s)", p.topic, firstErr, acked, sent, hint))
+		return p.timedOut(ctx, fmt.Errorf("publishing to topic %s: %w\n%s", p.topic, firstErr, p.rerunHint(acked, sent)))
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "published %d messages to topic %s (%d partitions)\n", acked, p.topic, desc.Partitions)
 	return nil
+}
+
+// rerunHint says what a failed run stored and how to finish it without
+// storing a line twice: its run id, as --id, within the duplicate window.
+func (p *publishRun) rerunHint(acked, sent int) string {
+	return fmt.Sprintf("%d of %d lines sent are known stored (the others may be); re-run the same input with --id %s "+
+		"within %s (the streams' duplicate window) to store only what is missing",
+		acked, sent, p.runID, jetstream.DefaultDuplicateWindow)
 }
 
 // timedOut says so when the run's --timeout is why err happened.

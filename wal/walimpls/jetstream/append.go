@@ -30,6 +30,7 @@ type pending struct {
 	epoch uint64 // the opener's watchdog epoch when published; guarded by its table shard's lock
 	tok   uint64 // reply token (see publish.go)
 	next  uint64 // on a sequence chain, the id the link must get (0: not a link of one)
+	idem  bool   // unfenced with a DedupeID: never buffered while reconnecting (publish.go)
 	fired atomic.Bool
 }
 
@@ -97,6 +98,7 @@ func (w *walImpl) AppendAsync(ctx context.Context, msg message.MutableMessage, c
 	}
 	p := &pending{w: w, m: encodeMessage(w.n.data, &msg), cb: cb}
 	if w.term == 0 {
+		p.idem = msg.DedupeID != ""
 		if err := w.publishFast(ctx, p); err != nil {
 			w.finish(p, 0, err)
 		}

@@ -27,7 +27,7 @@ type Config struct {
 	// benchmarks only: nothing survives a server restart).
 	MemoryStorage bool
 	// DuplicateWindow is how long JetStream remembers a MutableMessage.DedupeID
-	// (Nats-Msg-Id). Default 2 minutes.
+	// (Nats-Msg-Id). Default DefaultDuplicateWindow.
 	DuplicateWindow time.Duration
 	// AckTimeout bounds the wait for the server's acknowledgement of an
 	// append (an append unacknowledged for between 1 and 1.25 AckTimeout
@@ -83,7 +83,7 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("jetstream: Config.Replicas %d out of range 1..5", c.Replicas)
 	}
 	if c.DuplicateWindow <= 0 {
-		c.DuplicateWindow = 2 * time.Minute
+		c.DuplicateWindow = DefaultDuplicateWindow
 	}
 	if c.AckTimeout <= 0 {
 		c.AckTimeout = 10 * time.Second
@@ -105,3 +105,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	return c, nil
 }
+
+// DefaultDuplicateWindow is the duplicate window of the streams consumerd
+// creates (JetStream's own default): a DedupeID is remembered this long.
+const DefaultDuplicateWindow = 2 * time.Minute

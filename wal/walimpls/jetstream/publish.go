@@ -37,6 +37,15 @@ import (
 // jetstream.ErrNoStreamResponse. All of these are retryable: the wal adaptor
 // retries them with its one policy. A reply for an entry already failed is
 // ignored.
+//
+// An idempotent append (term 0 with a DedupeID) is failed, retryably, when
+// the connection is not up, instead of going to nats.go's reconnect
+// buffer: the disconnect has already failed the appends sent before it, and
+// the adaptor resends those, in call order, once the server answers; a
+// buffered later one, flushed at the reconnect, would be stored ahead of
+// them. (A disconnect between the check and the publish can still buffer
+// one: the disconnect handler fails it, and its resend is acknowledged as a
+// duplicate — stored once, possibly ahead of earlier ones.)
 
 // fastShards spreads the pending table over independently locked
 // shards (token modulo fastShards).
@@ -122,6 +131,14 @@ func (w *walImpl) publishFast(ctx context.Context, p *pending) error {
 	p.epoch = w.o.epoch.Load()
 	sh.m[tok] = p
 	sh.mu.Unlock()
+	if p.idem && !w.o.nc.IsConnected() {
+		// Registered first, checked after: a disconnect that starts between
+		// the check and the publish finds the entry and fails it.
+		if f.take(tok) == nil {
+			return nil
+		}
+		return fmt.Errorf("jetstream: append to channel %q on %s: not sent while reconnecting: %w", w.n.channel, w.o.cfg.URL, nats.ErrDisconnected)
+	}
 	if err := w.o.nc.PublishMsg(p.m); err != nil {
 		if f.take(tok) == nil {
 			return nil // already failed by the watchdog, a disconnect or Close
