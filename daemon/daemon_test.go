@@ -34,6 +34,8 @@ func TestRunUsageErrors(t *testing.T) {
 		{[]string{"serve", "--bogus"}, nil, "--bogus"},
 		{[]string{"serve", "--app", "nope"}, nil, `unknown app "nope"`},
 		{[]string{"serve", "--member.limit", "x"}, nil, "member.limit"},
+		{[]string{"serve", "--rocksdb.memory", "12 apples"}, nil, `invalid argument "12 apples" for "--rocksdb.memory" flag: size "12 apples"`},
+		{[]string{"serve"}, map[string]string{"CONSUMERD_ROCKSDB_MEMORY": "1MiB"}, "--rocksdb.memory: 1MiB is below the minimum 64MiB"},
 		{[]string{"serve"}, map[string]string{"CONSUMERD_LOG_FORMAT": "xml"}, "--log.format"},
 		{[]string{"shards", "create", "--app", "wordcount", "--count", "0"}, nil, "--count"},
 		{[]string{"shards", "unassign"}, nil, "--failed"},

@@ -9,6 +9,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/linxGnu/grocksdb"
+
+	"github.com/consumerd/consumerd/shard/rocksmem"
 )
 
 // internalPrefix prefixes the keys consumerd itself keeps in a shard DB
@@ -27,13 +29,13 @@ type shardDB struct {
 }
 
 // openShardDB opens (creating if missing) the shard's RocksDB at dir, with
-// DBOptions(c) and c's Filterer. Writes never use
+// DBOptions(c, mem) and c's Filterer. Writes never use
 // RocksDB's own WAL: the recovery log is the database's log.
-func openShardDB(dir string, c Consumer, logger hclog.Logger) (*shardDB, error) {
+func openShardDB(dir string, c Consumer, mem *rocksmem.Budget, logger hclog.Logger) (*shardDB, error) {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return nil, fmt.Errorf("create shard data directory: %w", err)
 	}
-	opts, release, err := DBOptions(c)
+	opts, release, err := DBOptions(c, mem)
 	if err != nil {
 		return nil, err
 	}

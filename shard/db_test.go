@@ -66,7 +66,7 @@ func TestFiltererCompaction(t *testing.T) {
 	var logs lockedBuffer
 	logger := hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Error})
 	dir := filepath.Join(t.TempDir(), "shards", "f-0")
-	sdb, err := openShardDB(dir, rewriter{}, logger)
+	sdb, err := openShardDB(dir, rewriter{}, nil, logger)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,11 @@
 package shard
 
 import (
+	"fmt"
+
 	"github.com/linxGnu/grocksdb"
+
+	"github.com/consumerd/consumerd/shard/rocksmem"
 )
 
 // bloomBitsPerKey sizes the default Bloom filter: about 1% false positives.
@@ -29,17 +33,28 @@ func DefaultDBOptions() *grocksdb.Options {
 }
 
 // DBOptions returns the options a database of c opens with:
-// DefaultDBOptions, then c's OptionsIniter (c may be nil: defaults alone).
-// release frees them once no database uses them any more. A panic in
-// InitOptions is returned as an error.
-func DBOptions(c Consumer) (opts *grocksdb.Options, release func(), err error) {
+// DefaultDBOptions, then c's OptionsIniter (c may be nil: defaults alone),
+// then the member's memory budget mem (nil: none, each database sizes its
+// own cache and memtables). The budget comes last so that every database
+// of the member shares its block cache and write buffer manager whatever
+// the OptionsIniter set (a table factory of its own included); the
+// OptionsIniter tunes the rest. release frees the options once no database
+// uses them any more. A panic in InitOptions is returned as an error.
+func DBOptions(c Consumer, mem *rocksmem.Budget) (opts *grocksdb.Options, release func(), err error) {
 	opts = DefaultDBOptions()
 	if oi, ok := c.(OptionsIniter); ok {
 		if err := safeCall("InitOptions", func() error { oi.InitOptions(opts); return nil }); err != nil {
 			return nil, nil, err // options left to the process: see destroyOptions
 		}
 	}
-	return opts, func() { destroyOptions(opts, c) }, nil
+	release = func() { destroyOptions(opts, c) }
+	if mem != nil {
+		if err := mem.Apply(opts); err != nil {
+			release()
+			return nil, nil, fmt.Errorf("shard database options: %w", err)
+		}
+	}
+	return opts, release, nil
 }
 
 // destroyOptions releases options a Consumer's OptionsIniter may have
@@ -47,7 +62,8 @@ func DBOptions(c Consumer) (opts *grocksdb.Options, release func(), err error) {
 // to RocksDB as a shared_ptr and then deletes it again in Options.Destroy, a
 // double free that crashes the process once the database is closed. So
 // options touched by an OptionsIniter are left to the process (a few KiB per
-// database open); others are destroyed.
+// database open, and a reference to the member's memory budget, which so
+// stays allocated until the process exits); others are destroyed.
 func destroyOptions(opts *grocksdb.Options, c Consumer) {
 	if _, ok := c.(OptionsIniter); ok {
 		return

@@ -151,9 +151,12 @@ type ShardHalter interface {
 
 // OptionsIniter is optionally implemented by a Consumer to adjust the
 // RocksDB options before the shard's database opens (merge operators,
-// block cache, compression). opts start as DefaultDBOptions (a Bloom
+// compression, table format). opts start as DefaultDBOptions (a Bloom
 // filter in every table file); a block based table factory set here
-// replaces that one. It runs on every replica (standbys too: they
+// replaces that one. On a member with a memory budget (Config.Memory,
+// serve's --rocksdb.memory) the block cache and the write buffer manager
+// are the member's, set after InitOptions: a cache set here is replaced
+// by the shared one. It runs on every replica (standbys too: they
 // apply the same batches, so a merge operator must be set everywhere).
 type OptionsIniter interface {
 	InitOptions(opts *grocksdb.Options)

@@ -19,7 +19,7 @@ import (
 // with its key, payload and properties; rows written by earlier releases
 // (version 1, a message per row) read alike.
 func TestOutboxRows(t *testing.T) {
-	sd, err := openShardDB(t.TempDir()+"/db", nil, nil)
+	sd, err := openShardDB(t.TempDir()+"/db", nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

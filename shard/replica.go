@@ -472,7 +472,7 @@ func (r *replica) replay(ctx context.Context, dir string, c Consumer, rlog wal.W
 // position that does not decode is damage (errDamagedDB), like a file
 // RocksDB reports corrupt.
 func (r *replica) openAt(dir string, c Consumer) (*shardDB, recoverylog.Position, error) {
-	sdb, err := openShardDB(dir, c, r.logger)
+	sdb, err := openShardDB(dir, c, r.svc.cfg.Memory, r.logger)
 	if err != nil {
 		return nil, recoverylog.Position{}, err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/consumerd/consumerd/allocator"
+	"github.com/consumerd/consumerd/shard/rocksmem"
 	"github.com/consumerd/consumerd/topic"
 	"github.com/consumerd/consumerd/wal"
 	"github.com/consumerd/consumerd/wal/message"
@@ -64,6 +65,11 @@ type Config struct {
 	// revisions (etcd rebuilt from empty; see allocator.Terms). Nil: a
 	// term is the slot-0 key's CreateRevision.
 	Terms *allocator.Terms
+	// Memory, when set, is the RocksDB memory every shard database of the
+	// service shares (block cache and memtables; see rocksmem). It is the
+	// caller's: close it after Run returned (every database is closed
+	// then). Nil: each database sizes its own, without a bound on their sum.
+	Memory *rocksmem.Budget
 }
 
 // ReplicaInfo is one local replica as Service.Status reports it.

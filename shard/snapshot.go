@@ -14,6 +14,7 @@ import (
 	"github.com/consumerd/consumerd/allocator"
 	"github.com/consumerd/consumerd/recoverylog"
 	"github.com/consumerd/consumerd/recoverylog/snapshot"
+	"github.com/consumerd/consumerd/shard/rocksmem"
 	"github.com/consumerd/consumerd/wal"
 )
 
@@ -120,7 +121,7 @@ func (r *replica) restoreSnapshot(ctx context.Context, dir string, c Consumer, i
 		if !ok {
 			return false, nil
 		}
-		local, err := localPosition(dir, c)
+		local, err := localPosition(dir, c, r.svc.cfg.Memory)
 		if err != nil {
 			r.logger.Warn("local database unreadable; restoring the snapshot instead", "dir", dir, "error", err)
 		} else if uint64(local.LogID) >= ptr.LogID {
@@ -128,7 +129,7 @@ func (r *replica) restoreSnapshot(ctx context.Context, dir string, c Consumer, i
 			return false, nil
 		}
 	}
-	opts, release, err := DBOptions(c) // without the Filterer: enough to open a snapshot read-only
+	opts, release, err := DBOptions(c, r.svc.cfg.Memory) // without the Filterer: enough to open a snapshot read-only
 	if err != nil {
 		return false, err
 	}
@@ -146,11 +147,11 @@ func (r *replica) restoreSnapshot(ctx context.Context, dir string, c Consumer, i
 }
 
 // localPosition reads the position of the database at dir, zero if there is none.
-func localPosition(dir string, c Consumer) (recoverylog.Position, error) {
+func localPosition(dir string, c Consumer, mem *rocksmem.Budget) (recoverylog.Position, error) {
 	if _, err := os.Stat(filepath.Join(dir, "CURRENT")); errors.Is(err, os.ErrNotExist) {
 		return recoverylog.Position{}, nil
 	}
-	opts, release, err := DBOptions(c)
+	opts, release, err := DBOptions(c, mem)
 	if err != nil {
 		return recoverylog.Position{}, err
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/consumerd/consumerd/internal/waitfor"
 	"github.com/consumerd/consumerd/recoverylog"
 	"github.com/consumerd/consumerd/shard"
+	"github.com/consumerd/consumerd/shard/rocksmem"
 	"github.com/consumerd/consumerd/topic"
 	"github.com/consumerd/consumerd/wal"
 	"github.com/consumerd/consumerd/wal/message"
@@ -75,6 +76,9 @@ type Cluster struct {
 	// benchmarks set to the service default, as each refresh asks the
 	// backend for every source's last id.
 	LagInterval time.Duration
+	// Memory, when set, is the RocksDB memory budget of nodes started
+	// later (the test closes it after they stopped).
+	Memory *rocksmem.Budget
 }
 
 // NewCluster starts a cluster whose assignments the test writes.
@@ -219,7 +223,8 @@ func (e *Cluster) StartNodeApps(id, dir string, apps map[string]shard.App) *Node
 		Member: m, Opener: op, DataDir: dir, Apps: apps, Topics: shard.EtcdTopics(e.Client, e.Prefix),
 		TxnMaxMessages: e.TxnMaxMessages, LagInterval: cmp.Or(e.LagInterval, 20*time.Millisecond),
 		Logger: e.Logger.Named(id), Snapshots: e.Snapshots,
-		Terms: &allocator.Terms{Client: e.Client, Prefix: e.Prefix},
+		Terms:  &allocator.Terms{Client: e.Client, Prefix: e.Prefix},
+		Memory: e.Memory,
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel

@@ -125,7 +125,7 @@ func recoverDBOptions(ctx context.Context, cli *clientv3.Client, prefix, shardID
 			}
 		}
 	}
-	o, release, err := shard.DBOptions(c)
+	o, release, err := shard.DBOptions(c, nil) // offline: no member budget
 	if err != nil {
 		return nil, nil, fmt.Errorf("shard %s: database options: %w", shardID, err)
 	}

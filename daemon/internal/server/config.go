@@ -13,7 +13,9 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/consumerd/consumerd/daemon/internal/connect"
+	"github.com/consumerd/consumerd/internal/bytesize"
 	"github.com/consumerd/consumerd/internal/ident"
+	"github.com/consumerd/consumerd/shard/rocksmem"
 )
 
 // Config is the configuration of `serve`, one field per flag.
@@ -40,6 +42,9 @@ type Config struct {
 	// (SnapshotDir) or "none".
 	SnapshotStore string
 	SnapshotDir   string
+	// RocksDBMemory is the memory budget in bytes of all shard databases of
+	// the member: their shared block cache, memtables charged to it.
+	RocksDBMemory uint64
 
 	ShutdownTimeout time.Duration
 
@@ -92,6 +97,10 @@ func (c *Config) Bind(fs *pflag.FlagSet, defaultApps []string) {
 	fs.StringSliceVar(&c.Apps, "app", defaultApps, "applications whose topics and shards serve creates on the embedded default, comma separated (a member runs the shards of every application the binary knows)")
 	fs.StringVar(&c.SnapshotStore, "snapshot.store", "jetstream", "where shard snapshots go: 'jetstream' (object store on the WAL's NATS), 'dir' (--snapshot.dir, e.g. a shared filesystem) or 'none' (no snapshots; the recovery logs are never truncated)")
 	fs.StringVar(&c.SnapshotDir, "snapshot.dir", "", "directory of the snapshot store when --snapshot.store=dir")
+	c.RocksDBMemory = rocksmem.DefaultBytes()
+	fs.Var(bytesize.Flag{P: &c.RocksDBMemory}, "rocksdb.memory", "memory all shard databases of this member share, e.g. 512MiB or 4GiB: "+
+		"one block cache (data, index and filter blocks) to which the memtables are charged, at most half of it; writes stall while memtables would take more "+
+		"(default: a quarter of the machine's or cgroup's memory, between 256MiB and 16GiB)")
 	fs.StringVar(&c.LogLevel, "log.level", "info", "log level: trace, debug, info, warn, error")
 	fs.StringVar(&c.LogFormat, "log.format", "text", "log format: text or json")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 60*time.Second, "on SIGTERM/SIGINT, how long to wait for the shards to move elsewhere before exiting anyway (non-zero exit)")
@@ -238,6 +247,9 @@ func (c *Config) validateProcess(p *problems) {
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		p.bad("log.format", "%q must be 'text' or 'json'", c.LogFormat)
+	}
+	if c.RocksDBMemory < rocksmem.MinBytes {
+		p.bad("rocksdb.memory", "%s is below the minimum %s", bytesize.Format(c.RocksDBMemory), bytesize.Format(rocksmem.MinBytes))
 	}
 	if c.ShutdownTimeout <= 0 {
 		p.bad("shutdown-timeout", "%s must be positive", c.ShutdownTimeout)

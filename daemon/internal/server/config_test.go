@@ -8,6 +8,7 @@ import (
 
 	"github.com/consumerd/consumerd/daemon/api"
 	"github.com/consumerd/consumerd/daemon/internal/cmdline"
+	"github.com/consumerd/consumerd/shard/rocksmem"
 	"github.com/spf13/cobra"
 )
 
@@ -34,7 +35,7 @@ func TestFlagEnvPrecedence(t *testing.T) {
 	}{
 		{"defaults", nil, nil, func(c Config) bool {
 			return c.LeaseTTL == 10*time.Second && c.EtcdPrefix == "/consumerd" && c.HTTPAddr == "127.0.0.1:8080" &&
-				c.Limit == 1024 && c.Zone == "local" && c.DataDir == "./consumerd-data" && len(c.Apps) == 1 && c.Apps[0] == "wordcount" &&
+				c.Limit == 1024 && c.Zone == "local" && c.RocksDBMemory == rocksmem.DefaultBytes() && c.RocksDBMemory >= 256<<20 && c.DataDir == "./consumerd-data" && len(c.Apps) == 1 && c.Apps[0] == "wordcount" &&
 				c.EmbeddedEtcd() && c.EmbeddedWAL()
 		}, ""},
 		{"env sets", nil, map[string]string{"CONSUMERD_ETCD_LEASE_TTL": "3s", "CONSUMERD_ETCD_ENDPOINTS": "a:1,b:2", "CONSUMERD_MEMBER_LIMIT": "7"},
@@ -47,6 +48,11 @@ func TestFlagEnvPrecedence(t *testing.T) {
 				return c.LeaseTTL == 5*time.Second && len(c.EtcdEndpoints) == 1 && c.EtcdEndpoints[0] == "x:1"
 			}, ""},
 		{"bad env value", nil, map[string]string{"CONSUMERD_ETCD_LEASE_TTL": "soon"}, nil, "CONSUMERD_ETCD_LEASE_TTL"},
+		{"memory from env", nil, map[string]string{"CONSUMERD_ROCKSDB_MEMORY": "1.5GiB"}, func(c Config) bool {
+			return c.RocksDBMemory == 3<<29
+		}, ""},
+		{"memory flag", []string{"--rocksdb.memory", "512MiB"}, nil, func(c Config) bool { return c.RocksDBMemory == 512<<20 }, ""},
+		{"bad memory env", nil, map[string]string{"CONSUMERD_ROCKSDB_MEMORY": "lots"}, nil, `CONSUMERD_ROCKSDB_MEMORY="lots" (mirror of --rocksdb.memory): size "lots"`},
 		{"namespace from env", nil, map[string]string{"CONSUMERD_WAL_NAMESPACE": "blue"}, func(c Config) bool {
 			return c.WALNamespace == "blue"
 		}, ""},
@@ -104,6 +110,8 @@ func TestServeConfigValidate(t *testing.T) {
 		{[]string{"--log.level", "loud"}, "--log.level"},
 		{[]string{"--log.format", "xml"}, "--log.format"},
 		{[]string{"--shutdown-timeout", "0s"}, "--shutdown-timeout"},
+		{[]string{"--rocksdb.memory", "64MiB"}, ""},
+		{[]string{"--rocksdb.memory", "63MiB"}, "--rocksdb.memory: 63MiB is below the minimum 64MiB"},
 		{[]string{"--embedded.etcd-client-url", "127.0.0.1:2379"}, "--embedded.etcd-client-url"},
 		{[]string{"--embedded.nats-addr", "4222"}, "--embedded.nats-addr"},
 		{[]string{"--embedded.shards", "-1"}, "--embedded.shards"},

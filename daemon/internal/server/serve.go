@@ -18,9 +18,11 @@ import (
 	"github.com/consumerd/consumerd/allocator"
 	"github.com/consumerd/consumerd/daemon/internal/cmdline"
 	"github.com/consumerd/consumerd/daemon/internal/connect"
+	"github.com/consumerd/consumerd/internal/bytesize"
 	"github.com/consumerd/consumerd/internal/gctarget"
 	"github.com/consumerd/consumerd/internal/natsconn"
 	"github.com/consumerd/consumerd/shard"
+	"github.com/consumerd/consumerd/shard/rocksmem"
 	"github.com/consumerd/consumerd/topic"
 	"github.com/consumerd/consumerd/wal"
 )
@@ -64,6 +66,9 @@ type server struct {
 	http      *http.Client
 	// instance is the data directory's instance id (datadir.go).
 	instance string
+	// memory is the RocksDB memory budget of the member's shard databases
+	// (--rocksdb.memory), owned here across sessions.
+	memory *rocksmem.Budget
 
 	sess    atomic.Pointer[session]
 	exiting atomic.Bool
@@ -125,7 +130,7 @@ func Run(ctx context.Context, cfg Config, p Process) error {
 	gcPercent, gcFrom := gctarget.Apply()
 	s.log.Info("serving", "member", cfg.MemberID, "zone", cfg.Zone, "endpoint", s.endpoint,
 		"apps", strings.Join(cfg.Apps, ","), "etcd", s.etcdEndpoints, "wal", s.walURL, "wal_namespace", s.namespace,
-		"gc_percent", gcPercent, "gc_from", gcFrom)
+		"gc_percent", gcPercent, "gc_from", gcFrom, "rocksdb_memory", bytesize.Format(cfg.RocksDBMemory))
 	return s.run(ctx, p.Signals, p.HardExit)
 }
 
@@ -193,6 +198,12 @@ func (s *server) prepare(down *teardown) (net.Listener, *tls.Config, error) {
 	if s.instance, err = dataDirInstance(cfg.DataDir); err != nil {
 		return nil, nil, err
 	}
+	// The shard databases of every session share it; closed after the
+	// last session ended (teardown runs last first), when all are closed.
+	if s.memory, err = rocksmem.New(cfg.RocksDBMemory); err != nil {
+		return nil, nil, cmdline.Usage(fmt.Errorf("--rocksdb.memory: %w", err))
+	}
+	down.add(s.memory.Close)
 	return ln, serverTLS, nil
 }
 

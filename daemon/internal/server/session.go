@@ -39,6 +39,8 @@ func (s *server) runSession(ctx context.Context) error {
 		// Terms stay above every term a recovery log has seen, also when
 		// etcd was rebuilt from empty.
 		Terms: &allocator.Terms{Client: s.client, Prefix: s.cfg.EtcdPrefix},
+		// One block cache and write buffer manager for all shard databases.
+		Memory: s.memory,
 	})
 	sess := &session{member: member, svc: svc}
 	s.sess.Store(sess)
