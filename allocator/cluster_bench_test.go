@@ -115,6 +115,7 @@ func clusterRound(tb testing.TB, shards, nMembers int) []benchround.Figure {
 func (c *clusterSim) phase(name string, act func()) []benchround.Figure {
 	leader := c.members[0].m
 	txns0, upd0, ev0, by0, cr0 := leader.conv.txns.Load(), c.updates.Load(), c.events.Load(), c.bytes.Load(), c.creates.Load()
+	rounds0, conflicts0 := float64(leader.conv.rounds.Load()), float64(leader.conv.conflictTxns.Load())
 	start := time.Now()
 	act()
 	c.waitConverged(name)
@@ -130,6 +131,9 @@ func (c *clusterSim) phase(name string, act func()) []benchround.Figure {
 	return []benchround.Figure{
 		benchround.F(name+"_s", secs, 2),
 		benchround.F(name+"_moves", float64(moves), 0),
+		benchround.F(name+"_rounds", float64(leader.conv.rounds.Load())-rounds0, 0),
+		benchround.F(name+"_leader_txns", float64(leader.conv.txns.Load()-txns0), 0),
+		benchround.F(name+"_conflicts", float64(leader.conv.conflictTxns.Load())-conflicts0, 0),
 		benchround.F(name+"_etcd_txns_per_move", perMove(leader.conv.txns.Load()-txns0+c.updates.Load()-upd0), 2),
 		benchround.F(name+"_events_per_move", perMove(c.events.Load()-ev0), 2),
 		benchround.F(name+"_watch_kb_per_move", perMove((c.bytes.Load()-by0)*watching)/1024, 1),
@@ -193,7 +197,7 @@ func (c *clusterSim) addMember(i int) {
 	limit := 2*3*c.shards/c.nMembers + 10 // room to move
 	m, err := NewMember(c.ctx, Config{
 		Client: etcdtest.NewClient(c.tb, c.eps), Prefix: c.prefix,
-		Zone: fmt.Sprintf("z%d", i%3), MemberID: fmt.Sprintf("m%03d", i), LeaseTTL: 30 * time.Second,
+		Zone: fmt.Sprintf("z%d", i%3), MemberID: fmt.Sprintf("m%03d", i), LeaseTTL: 5 * time.Minute, // losses here are revocations, never expiry
 		Spec:   MemberSpec{ItemLimit: limit},
 		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Error}),
 	})
@@ -226,6 +230,11 @@ func (c *clusterSim) stubReplica(ctx context.Context, m *Member) {
 	sem := make(chan struct{}, 16)
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	// reported holds what was written to each assignment (by item, slot
+	// and the key's CreateRevision): a state arriving before the mirror reflects the
+	// write is not written again, as the shard layer reports each state
+	// once.
+	reported := map[string]ReplicaState{}
 	for {
 		var st LocalState
 		select {
@@ -238,9 +247,10 @@ func (c *clusterSim) stubReplica(ctx context.Context, m *Member) {
 			if a.Slot == 0 {
 				want = StatePrimary
 			}
-			if a.Status.State == want || a.Status.State == StateFailed {
+			if a.Status.State == want || a.Status.State == StateFailed || reported[reportKey(a)] == want {
 				continue
 			}
+			reported[reportKey(a)] = want
 			sem <- struct{}{}
 			wg.Add(1)
 			go func() {
@@ -255,6 +265,10 @@ func (c *clusterSim) stubReplica(ctx context.Context, m *Member) {
 		}
 		wg.Wait() // the next state reflects these updates
 	}
+}
+
+func reportKey(a Assignment) string {
+	return fmt.Sprintf("%s/%d@%d", a.Item, a.Slot, a.CreateRevision)
 }
 
 func (c *clusterSim) kill(i int) {

@@ -17,13 +17,15 @@ import (
 
 // converger is the leader's converge state.
 type converger struct {
-	// txns counts converge transactions sent (tests and benchmarks read it).
-	txns          atomic.Int64
-	m             *Member
-	log           hclog.Logger
-	lastShortfall string
-	failures      int            // consecutive transactions whose compares failed
-	conflicts     *retry.Backoff // the pause after each of them
+	// txns counts converge transactions sent, rounds the rounds run and
+	// conflicts the txns whose compares failed (tests and benchmarks read
+	// them; the metrics count the same).
+	txns, rounds, conflictTxns atomic.Int64
+	m                          *Member
+	log                        hclog.Logger
+	lastShortfall              string
+	failures                   int            // consecutive transactions whose compares failed
+	conflicts                  *retry.Backoff // the pause after each of them
 	// wake is when the next scheduled restart is due (zero: none); Run
 	// runs a round then even if nothing changed.
 	wake time.Time
@@ -68,6 +70,7 @@ func (c *converger) round(ctx context.Context, snap Snapshot) (again bool, err e
 // flood the log).
 func (c *converger) report(snap Snapshot, plan convergePlan) {
 	convergeRounds.Inc()
+	c.rounds.Add(1)
 	scheduleSeconds.Observe(plan.solveTime.Seconds())
 	membersGauge.Set(float64(len(snap.Members)))
 	itemsGauge.Set(float64(len(snap.Items)))
@@ -129,6 +132,8 @@ func (c *converger) write(ctx context.Context, txns []plannedTxn) error {
 // mirror cannot decode), so a stuck compare is not a hot loop.
 func (c *converger) compareFailed(ctx context.Context, t plannedTxn, rev int64) error {
 	c.failures++
+	convergeConflicts.Inc()
+	c.conflictTxns.Add(1)
 	if c.failures%20 == 0 {
 		c.log.Warn("converge transactions keep failing their compares", "failures", c.failures, "ops", strings.Join(t.descs, "; "))
 	}

@@ -48,6 +48,10 @@ var (
 		Name: "consumerd_allocator_converge_txns_total",
 		Help: "Transactions sent by the leader's converge rounds (including ones whose compares failed).",
 	})
+	convergeConflicts = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "consumerd_allocator_converge_conflicts_total",
+		Help: "Leader transactions whose compares failed (something changed since the round's snapshot; the round is planned again).",
+	})
 	scheduleSeconds = promauto.NewHistogram(prometheus.HistogramOpts{
 		Name:    "consumerd_allocator_schedule_seconds",
 		Help:    "Runtime of one scheduler solve.",
