@@ -210,6 +210,9 @@ func (l *txnLoop) commit(ctx context.Context) error {
 	if err := safeCall("Flush", func() error { return l.consumer.Flush(l.sh, l.pub) }); err != nil {
 		return err
 	}
+	if l.pub.err != nil {
+		return l.pub.err // a partition the transaction staged to failed its check
+	}
 	batch := l.sh.txn
 	for ch, id := range l.offsets {
 		recoverylog.PutOffset(batch, ch, l.sources[ch].offset(id))
@@ -220,6 +223,9 @@ func (l *txnLoop) commit(ctx context.Context) error {
 	if p := l.drain.published.Load(); p > l.recorded {
 		if now := l.clock.Now(); now.Sub(l.recordedAt) >= recordPublishedEvery {
 			recordPublished(batch, p)
+			for ch, rec := range l.drain.takeMarks() {
+				putChanRecord(batch, ch, rec)
+			}
 			l.recorded, l.recordedAt = p, now
 		}
 	}
