@@ -59,6 +59,19 @@ type drainer struct {
 	done      chan struct{}
 	err       error // why run stopped early (a permanent failure), read after done
 
+	// Chain workers (drainchains.go): workers, wctx and wcancel belong to
+	// the dispatching goroutine; gmu guards inflight.
+	workers    map[chanKey]*chainWorker
+	wctx       context.Context
+	wcancel    context.CancelFunc
+	wg         sync.WaitGroup
+	stuckAfter time.Duration // chainStuckAfter (tests shorten it)
+	gmu        sync.Mutex
+	inflight   []*inflightGroup // dispatched, oldest first, not yet settled
+	failed     chan struct{}    // closed on a worker's failure, werr then set
+	failOnce   sync.Once
+	werr       error
+
 	mu     sync.Mutex
 	chans  map[chanKey]*outChan  // open output partitions, by epoch and channel
 	closed bool                  // run ended: chans closed, none opened
@@ -107,7 +120,8 @@ func newDrainer(cfg drainConfig, published uint64, clk clock) *drainer {
 	}
 	d := &drainer{drainConfig: cfg, clock: clk,
 		queue: make(chan *outTxn, drainQueue), done: make(chan struct{}),
-		chans: map[chanKey]*outChan{}, marks: map[string]chanRecord{}}
+		chans: map[chanKey]*outChan{}, marks: map[string]chanRecord{},
+		workers: map[chanKey]*chainWorker{}, failed: make(chan struct{}), stuckAfter: chainStuckAfter}
 	d.published.Store(published)
 	d.known.Store(max(published, cfg.ownLast))
 	d.setGauge()
@@ -150,14 +164,7 @@ func (d *drainer) enqueue(ctx context.Context, t *outTxn) error {
 // transaction.
 func (d *drainer) run(ctx context.Context, b backlog) {
 	defer close(d.done)
-	defer func() {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		d.closed = true
-		for _, c := range d.chans {
-			c.w.Close()
-		}
-	}()
+	defer d.shutdown()
 	for ctx.Err() == nil {
 		pending, err := b.page()
 		if err != nil {
@@ -169,8 +176,7 @@ func (d *drainer) run(ctx context.Context, b backlog) {
 		}
 		for len(pending) > 0 {
 			n := min(len(pending), maxCoalesce)
-			if err := d.publish(ctx, pending[:n]); err != nil {
-				d.err = err
+			if d.err = d.step(ctx, pending[:n]); d.err != nil {
 				return
 			}
 			pending = pending[n:]
@@ -182,19 +188,31 @@ func (d *drainer) run(ctx context.Context, b backlog) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-d.failed:
+			d.err = d.werr
+			return
 		case t, ok := <-d.queue:
 			if !ok {
+				d.err = d.awaitAll(ctx)
 				return
 			}
 			first = t
 		}
 		group := d.gather(ctx, first, published)
-		if err := d.publish(ctx, group); err != nil {
-			d.err = err
+		if d.err = d.step(ctx, group); d.err != nil {
 			return
 		}
 		published = d.clock.Now()
 	}
+}
+
+// step dispatches a group and waits for it, at most chainStuckAfter.
+func (d *drainer) step(ctx context.Context, group []*outTxn) error {
+	g, err := d.dispatch(ctx, group)
+	if err != nil || g == nil {
+		return err
+	}
+	return d.await(ctx, g, d.stuckAfter)
 }
 
 // gather returns first and what joins it, as coalescing decides; published
@@ -249,14 +267,12 @@ func (u unit) covered(txn uint64, chunk int) bool {
 	return u.txn < txn || (u.txn == txn && u.chunk <= chunk)
 }
 
-// publish publishes a group of committed transactions' outputs, in txn
-// order; it returns only once they are all out, ctx ended (nil: the next
-// primary finishes), or a permanent failure (an error: the shard fails).
-func (d *drainer) publish(ctx context.Context, group []*outTxn) error {
+// split groups a group's outputs by chain, skipping txns published
+// before: the chains in order of first use, each one's txns with their
+// outputs there, and the number of messages.
+func (d *drainer) split(group []*outTxn) (order []chanKey, by map[chanKey][]*outTxn, count int) {
 	published := d.published.Load()
-	var order []chanKey
-	by := map[chanKey][]*outTxn{} // per chain, the group's txns with outputs there
-	count := 0
+	by = map[chanKey][]*outTxn{}
 	for _, t := range group {
 		if t.txn <= published {
 			continue // recorded as published by an earlier primary
@@ -275,51 +291,14 @@ func (d *drainer) publish(ctx context.Context, group []*outTxn) error {
 			count++
 		}
 	}
-	if len(order) == 0 {
-		if n := len(group); n > 0 && group[n-1].txn > published {
-			d.markPublished(group[n-1].txn)
-		}
-		return nil
-	}
-	// Partitions are independent chains: publish them side by side.
-	chans := make([]*outChan, len(order))
-	for i, k := range order {
-		c, err := d.channel(ctx, k)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		chans[i] = c
-	}
-	errs := make([]error, len(order))
-	var wg sync.WaitGroup
-	for i, k := range order {
-		wg.Add(1)
-		go func() { // owned here: joined below, ends with ctx
-			defer wg.Done()
-			errs[i] = d.publishChannel(ctx, chans[i], by[k])
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-	}
-	d.noteMarks(chans)
-	d.markPublished(group[len(group)-1].txn)
-	metricOutputsPublished.WithLabelValues(d.shard).Add(float64(count))
-	return nil
+	return order, by, count
 }
 
-// markPublished records that every txn up to txn is out.
+// markPublished records that every txn up to txn is out (under gmu).
 func (d *drainer) markPublished(txn uint64) {
-	d.published.Store(txn)
+	if txn > d.published.Load() {
+		d.published.Store(txn)
+	}
 	d.setGauge()
 }
 

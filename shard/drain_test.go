@@ -108,9 +108,7 @@ func TestDrainersRace(t *testing.T) {
 							t.Errorf("drainer %d: %v", i, err)
 						}
 					}
-					for _, c := range d.chans {
-						c.w.Close()
-					}
+					d.shutdown()
 				}
 				if d.err != nil {
 					t.Errorf("drainer %d: %v", i, d.err)

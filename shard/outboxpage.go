@@ -28,10 +28,13 @@ type outboxBacklog struct {
 	st   *outboxState // epochOf
 	next uint64       // the first txn not paged yet
 	last uint64       // the last txn of the backlog (the shard's when the primary started)
+	// a page's bounds: backlogPageBytes and backlogPageTxns
+	pageBytes, pageTxns int
 }
 
 func newOutboxBacklog(db *grocksdb.DB, ro *grocksdb.ReadOptions, st *outboxState) *outboxBacklog {
-	return &outboxBacklog{db: db, ro: ro, st: st, next: st.published + 1, last: st.last}
+	return &outboxBacklog{db: db, ro: ro, st: st, next: st.published + 1, last: st.last,
+		pageBytes: backlogPageBytes, pageTxns: backlogPageTxns}
 }
 
 func (b *outboxBacklog) page() ([]*outTxn, error) {
@@ -45,7 +48,7 @@ func (b *outboxBacklog) page() ([]*outTxn, error) {
 	for it.Seek(outboxTxnStart(b.next)); it.ValidForPrefix(outboxPrefix); it.Next() {
 		k, v := it.Key(), it.Value()
 		txn, _, err := parseOutboxKey(k.Data())
-		full := len(out) >= backlogPageTxns || size >= backlogPageBytes
+		full := len(out) >= b.pageTxns || size >= b.pageBytes
 		if err == nil && (txn > b.last || full && out[len(out)-1].txn != txn) {
 			k.Free()
 			v.Free()

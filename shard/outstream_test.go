@@ -80,12 +80,6 @@ func recreateStream(t *testing.T, url string) {
 	}
 }
 
-func closeChans(d *drainer) {
-	for _, c := range d.chans {
-		c.w.Close()
-	}
-}
-
 func lostCount() float64 {
 	var m dto.Metric
 	if err := metricOutputMarkersLost.WithLabelValues("s", "out/0000").Write(&m); err != nil {
@@ -108,7 +102,7 @@ func TestRecreatedOutputStreamUnderZombie(t *testing.T) {
 	defer cancel()
 	txns := oneEach(5)
 	z := testDrainer(jsOpener(t, url), 100)
-	defer closeChans(z)
+	defer z.shutdown()
 	if err := z.publish(ctx, txns[:3]); err != nil { // t1..t3 at ids 1..3, the marker at 4
 		t.Fatal(err)
 	}
@@ -121,7 +115,7 @@ func TestRecreatedOutputStreamUnderZombie(t *testing.T) {
 	before := lostCount()
 	nop := jsOpener(t, url)
 	n := newDrainer(drainConfig{shard: "s", opener: nop, ownLast: 100, records: map[string]chanRecord{"out/0000": rec}}, 0, realClock{})
-	defer closeChans(n)
+	defer n.shutdown()
 	for _, g := range [][]*outTxn{txns[0:1], txns[1:2]} { // markers at ids 2 and 4
 		if err := n.publish(ctx, g); err != nil {
 			t.Fatal(err)
@@ -155,7 +149,7 @@ func TestPurgedOutputStreamReported(t *testing.T) {
 	defer cancel()
 	txns := oneEach(5)
 	a := testDrainer(jsOpener(t, url), 5)
-	defer closeChans(a)
+	defer a.shutdown()
 	if err := a.publish(ctx, txns[:3]); err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +165,7 @@ func TestPurgedOutputStreamReported(t *testing.T) {
 	before := lostCount()
 	op := jsOpener(t, url)
 	b := newDrainer(drainConfig{shard: "s", opener: op, ownLast: 5, records: map[string]chanRecord{"out/0000": rec}}, 2, realClock{})
-	defer closeChans(b)
+	defer b.shutdown()
 	if err := b.publish(ctx, txns[2:]); err != nil {
 		t.Fatal(err)
 	}
