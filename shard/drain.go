@@ -112,6 +112,7 @@ type outChan struct {
 	after   message.MessageID // the chain's last marker id
 	txn     uint64            // the last marker's txn and chunk
 	chunk   int
+	opened  chanRecord // the chain as it was opened (never changes: read by prepare)
 }
 
 func newDrainer(cfg drainConfig, published uint64, clk clock) *drainer {

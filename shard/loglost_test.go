@@ -2,12 +2,15 @@ package shard_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/consumerd/consumerd/allocator"
 	"github.com/consumerd/consumerd/examples/wordcount"
@@ -125,4 +128,90 @@ func TestRecoveryLogRestoredFromOlderCopy(t *testing.T) {
 	}
 	waitOutputs(t, e, lines)
 	t.Logf("FAILED text: %s", st.Error)
+}
+
+// markersLost reads consumerd_shard_output_markers_lost_total for shard
+// and channel from the default registry (0: no series).
+func markersLost(t *testing.T, shardID, channel string) float64 {
+	t.Helper()
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "consumerd_shard_output_markers_lost_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["shard"] == shardID && labels["channel"] == channel {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// TestOutputStreamRecreatedReported: the operator deletes and re-creates
+// the output stream (`nats stream rm`, `nats stream add`) after a primary
+// published counts there. The next primary, rebuilt from the recovery log
+// on another member, finds the shard's record of the partition (its last
+// marker, in the old stream's incarnation) and reports the lost markers —
+// an ERROR and consumerd_shard_output_markers_lost_total — instead of
+// taking the empty stream for one it never published to; it goes on
+// publishing, and the new stream's counts are exact.
+func TestOutputStreamRecreatedReported(t *testing.T) {
+	srv := natstest.StartServer(t, embednats.Config{})
+	e := shardtest.NewCluster(t, jetstream.NewBuilder(jetstream.Config{URL: srv.URL()}), wordcount.App())
+	spec := shardtest.WordcountSpec("wc-0", 0, 0)
+	e.PutSpec(spec)
+	lines := shardtest.Corpus(12, 60)
+	e.Publish(0, lines[:30]...)
+	a := e.StartPrimary("a", t.TempDir(), spec)
+	waitOutputs(t, e, lines[:30])
+	a.Kill()
+
+	admin := natsAdmin(t, srv.URL())
+	esc, err := jetstream.EscapeChannel(topic.ChannelName(wordcount.OutputTopic, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := jetstream.DefaultNamespace + "_" + esc
+	ctx := context.Background()
+	s, err := admin.Stream(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	if err := admin.DeleteStream(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CreateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+
+	before := markersLost(t, spec.ID, "counts/0000")
+	b := e.StartPrimary("b", t.TempDir(), spec)
+	e.Publish(0, lines[30:]...)
+	want := wordcount.Count(lines)
+	shardtest.Eventually(t, "the new stream's counts of the new lines", func() (bool, string) {
+		got := latestCounts(t, e)
+		for _, l := range lines[30:] {
+			for tok := range wordcount.Count([]string{l}) {
+				if got[tok] != want[tok] {
+					return false, fmt.Sprintf("%q: %d, want %d", tok, got[tok], want[tok])
+				}
+			}
+		}
+		return true, ""
+	})
+	if got := markersLost(t, spec.ID, "counts/0000") - before; got != 1 {
+		t.Fatalf("%v lost chains reported for counts/0000, want 1 (the stream was re-created under the shard's markers)", got)
+	}
+	if st, _ := e.Status(b, spec.ID, 0); st.State != allocator.StatePrimary {
+		t.Fatalf("status %+v, want PRIMARY: the loss is reported, the shard goes on", st)
+	}
 }

@@ -258,7 +258,7 @@ type txnPublisher struct {
 	// check, when set, vets an output partition before the primary first
 	// stages to it (drainer.prepare): a chain whose markers cover txns
 	// beyond the shard's own fails the shard before it commits any.
-	check   func(ctx context.Context, channel, epoch string) error
+	check   func(ctx context.Context, channel, epoch string) (rec chanRecord, write bool, err error)
 	checked map[string]bool // channels vetted, for the current epoch
 	err     error           // a failed check: the transaction must not commit
 }
@@ -318,9 +318,13 @@ func (p *txnPublisher) stage(_ topic.Description, part topic.Partition, msg mess
 	}
 	ch := p.channel(part)
 	if p.check != nil && !p.checked[ch] {
-		if err := p.check(p.sh.ctx, ch, p.st.epoch); err != nil {
+		rec, write, err := p.check(p.sh.ctx, ch, p.st.epoch)
+		if err != nil {
 			p.err = fmt.Errorf("publish to %s: %w", part, err)
 			return p.err
+		}
+		if write {
+			putChanRecord(p.sh.txn, ch, rec)
 		}
 		if p.checked == nil {
 			p.checked = map[string]bool{}

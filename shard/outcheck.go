@@ -29,7 +29,9 @@ import (
 //     over, has other chains, so a writer holding an expected marker id of
 //     the old stream (a zombie) never matches a marker of the new one.
 //   - The shard records, per output partition, its chain's last marker
-//     (epoch, incarnation, id: chanRecord), written with outbox-published.
+//     (epoch, incarnation, id: chanRecord): the chain as the primary found
+//     it, with the first transaction that stages to the partition, and its
+//     last marker with outbox-published.
 //     A chain whose recorded markers are gone (the stream re-created, purged
 //     or trimmed by its limits) is reported — an ERROR log and
 //     consumerd_shard_output_markers_lost_total — since the outputs pending
@@ -112,13 +114,16 @@ func checkChain(f chainFound) (lost string, err error) {
 	if f.marker != 0 && f.txn > f.ownLast && !f.retired {
 		return "", &outputsAheadError{f}
 	}
-	if f.rec.epoch != f.epoch || f.rec.id == 0 {
+	if f.rec.epoch != f.epoch {
 		return "", nil
 	}
 	switch {
 	case f.rec.inc != "" && f.inc != "" && f.rec.inc != f.inc:
-		return fmt.Sprintf("the output stream was re-created: the shard's markers up to id %d were in incarnation %s, the stream is incarnation %s now",
-			f.rec.id, f.rec.inc, f.inc), nil
+		had := fmt.Sprintf("the shard's markers up to id %d were in incarnation %s", f.rec.id, f.rec.inc)
+		if f.rec.id == 0 {
+			had = "the shard staged outputs to it in incarnation " + f.rec.inc
+		}
+		return fmt.Sprintf("the output stream was re-created: %s, the stream is incarnation %s now", had, f.inc), nil
 	case f.marker < f.rec.id:
 		return fmt.Sprintf("the chain's markers were removed (a purge, or the stream's limits): the shard recorded marker id %d, the chain's last is %d",
 			f.rec.id, f.marker), nil
@@ -144,10 +149,18 @@ func (e *outputsAheadError) Error() string {
 var errDrainerClosed = errors.New("the output drainer stopped")
 
 // prepare opens channel's chain of epoch (once), checking it: the
-// publisher calls it before it first stages to the channel.
-func (d *drainer) prepare(ctx context.Context, channel, epoch string) error {
-	_, err := d.channel(ctx, chanKey{epoch, channel})
-	return err
+// publisher calls it before it first stages to the channel. rec is what
+// the shard should record of the partition with the transaction (write
+// false: its record already says so), so that a partition the shard
+// stages to is bound to the stream's incarnation from its first
+// transaction on, not only once a later commit records its markers.
+func (d *drainer) prepare(ctx context.Context, channel, epoch string) (rec chanRecord, write bool, err error) {
+	c, err := d.channel(ctx, chanKey{epoch, channel})
+	if err != nil {
+		return chanRecord{}, false, err
+	}
+	old, ok := d.records[channel]
+	return c.opened, !ok || old.epoch != c.opened.epoch || old.inc != c.opened.inc, nil
 }
 
 // channel opens (once) a chain on an output partition, checks it
@@ -191,6 +204,7 @@ func (d *drainer) openChain(ctx context.Context, w wal.WAL, k chanKey) (*outChan
 	if err := d.loadMarker(ctx, c); err != nil {
 		return nil, err
 	}
+	c.opened = chanRecord{epoch: k.epoch, inc: c.inc, id: c.after}
 	marker := c.after
 	rec, hasRec := d.records[k.channel]
 	if c.after == 0 && !hasRec && c.inc != "" {
