@@ -56,6 +56,7 @@ type drainer struct {
 	queue     chan *outTxn
 	published atomic.Uint64 // every txn up to this one is out
 	known     atomic.Uint64 // the last txn committed that the drainer knows of
+	gaugeMu   sync.Mutex    // setGauge
 	done      chan struct{}
 	err       error // why run stopped early (a permanent failure), read after done
 
@@ -134,6 +135,10 @@ func (d *drainer) setGauge() {
 	if d.gauge == nil {
 		return
 	}
+	// Read and set under one lock: the last Set has the newest values
+	// (the loop and the chain workers move them concurrently).
+	d.gaugeMu.Lock()
+	defer d.gaugeMu.Unlock()
 	k, p := d.known.Load(), d.published.Load()
 	d.gauge.Set(float64(k - min(k, p)))
 }
