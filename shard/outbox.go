@@ -254,26 +254,32 @@ type txnPublisher struct {
 	rows   int    // its rows put in the batch so far
 	rowCap int    // the size of the last full or sealed row: the next one's capacity
 
-	channels map[topic.Partition]string // channel names by partition, made once
+	channels map[topic.Partition]*outPart
 	// check, when set, vets an output partition before the primary first
 	// stages to it (drainer.prepare): a chain whose markers cover txns
 	// beyond the shard's own fails the shard before it commits any.
-	check   func(ctx context.Context, channel, epoch string) (rec chanRecord, write bool, err error)
-	checked map[string]bool // channels vetted, for the current epoch
-	err     error           // a failed check: the transaction must not commit
+	check func(ctx context.Context, channel, epoch string) (rec chanRecord, write bool, err error)
+	err   error // a failed check: the transaction must not commit
 }
 
-// channel is part's channel name, formatted once per partition.
-func (p *txnPublisher) channel(part topic.Partition) string {
-	ch, ok := p.channels[part]
+// outPart is what the publisher keeps of an output partition: its channel
+// name, formatted once, and whether it was vetted for the current epoch.
+type outPart struct {
+	channel string
+	checked bool
+}
+
+// part is part's outPart (one map lookup per staged message).
+func (p *txnPublisher) part(part topic.Partition) *outPart {
+	op, ok := p.channels[part]
 	if !ok {
 		if p.channels == nil {
-			p.channels = make(map[topic.Partition]string)
+			p.channels = make(map[topic.Partition]*outPart)
 		}
-		ch = part.Channel()
-		p.channels[part] = ch
+		op = &outPart{channel: part.Channel()}
+		p.channels[part] = op
 	}
-	return ch
+	return op
 }
 
 var _ Publisher = (*txnPublisher)(nil)
@@ -313,11 +319,14 @@ func (p *txnPublisher) stage(_ topic.Description, part topic.Partition, msg mess
 		p.open = p.st.last + 1
 		if rt := p.resetTerm(); p.st.needsEpoch(rt) {
 			p.st.startEpoch(p.sh.txn, p.open, rt)
-			p.checked = nil
+			for _, op := range p.channels {
+				op.checked = false
+			}
 		}
 	}
-	ch := p.channel(part)
-	if p.check != nil && !p.checked[ch] {
+	op := p.part(part)
+	ch := op.channel
+	if p.check != nil && !op.checked {
 		rec, write, err := p.check(p.sh.ctx, ch, p.st.epoch)
 		if err != nil {
 			p.err = fmt.Errorf("publish to %s: %w", part, err)
@@ -326,10 +335,7 @@ func (p *txnPublisher) stage(_ topic.Description, part topic.Partition, msg mess
 		if write {
 			putChanRecord(p.sh.txn, ch, rec)
 		}
-		if p.checked == nil {
-			p.checked = map[string]bool{}
-		}
-		p.checked[ch] = true
+		op.checked = true
 	}
 	if p.row == nil {
 		p.row = make([]byte, 1, max(p.rowCap, 4096))
