@@ -10,7 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/linxGnu/grocksdb"
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/consumerd/consumerd/wal"
 	"github.com/consumerd/consumerd/wal/message"
@@ -49,41 +50,105 @@ const drainQueue = 16
 // publishing what is left from the outbox rows; anything else (a message
 // the server rejects, a marker that does not parse) fails the replica.
 type drainer struct {
-	shard  string
-	chain  string
-	opener wal.Opener
-	clock  clock
+	drainConfig
+	clock clock
 
 	queue     chan *outTxn
 	published atomic.Uint64 // every txn up to this one is out
+	known     atomic.Uint64 // the last txn committed that the drainer knows of
+	gaugeMu   sync.Mutex    // setGauge
 	done      chan struct{}
 	err       error // why run stopped early (a permanent failure), read after done
 
-	chans map[string]*outChan // by channel; drainer goroutine only
+	// Chain workers (drainchains.go): workers, wctx and wcancel belong to
+	// the dispatching goroutine; gmu guards inflight.
+	workers    map[chanKey]*chainWorker
+	wctx       context.Context
+	wcancel    context.CancelFunc
+	wg         sync.WaitGroup
+	stuckAfter time.Duration // chainStuckAfter (tests shorten it)
+	gmu        sync.Mutex
+	inflight   []*inflightGroup // dispatched, oldest first, not yet settled
+	failed     chan struct{}    // closed on a worker's failure, werr then set
+	failOnce   sync.Once
+	werr       error
+
+	mu     sync.Mutex
+	chans  map[chanKey]*outChan  // open output partitions, by epoch and channel
+	closed bool                  // run ended: chans closed, none opened
+	marks  map[string]chanRecord // last markers not yet taken by takeMarks, by channel
 }
 
-// outChan is the drainer's view of one output partition.
+// drainConfig is what a drainer is told of its shard.
+type drainConfig struct {
+	shard  string
+	opener wal.Opener
+	// ownLast is the shard's last committed txn when the primary started:
+	// a marker of a live epoch beyond it covers transactions the shard no
+	// longer has (outcheck.go).
+	ownLast uint64
+	// retired are epochs no new transaction goes on (outboxepoch.go).
+	retired map[string]bool
+	// records are the shard's records of its output partitions' last
+	// markers, by channel (outcheck.go).
+	records map[string]chanRecord
+	logger  hclog.Logger
+	// gauge, when set, is kept at the number of committed transactions
+	// not all published yet.
+	gauge prometheus.Gauge
+}
+
+// chanKey names one chain on one output partition.
+type chanKey struct{ epoch, channel string }
+
+// outChan is the drainer's view of one chain on one output partition.
 type outChan struct {
-	w      wal.WAL
-	max    int
-	atomic bool              // batches are all or nothing (else: one by one, with dedupe ids)
-	after  message.MessageID // the chain's last marker id
-	txn    uint64            // the last marker's txn and chunk
-	chunk  int
+	w       wal.WAL
+	channel string
+	epoch   string
+	inc     string // the channel's incarnation the chain is bound to
+	chain   string // the chain's name: chainName(shard, epoch, inc)
+	max     int
+	atomic  bool              // batches are all or nothing (else: one by one, with dedupe ids)
+	after   message.MessageID // the chain's last marker id
+	txn     uint64            // the last marker's txn and chunk
+	chunk   int
+	opened  chanRecord // the chain as it was opened (never changes: read by prepare)
 }
 
-func newDrainer(shard, epoch string, opener wal.Opener, published uint64, clk clock) *drainer {
-	d := &drainer{shard: shard, opener: opener, clock: clk,
-		queue: make(chan *outTxn, drainQueue), done: make(chan struct{}), chans: map[string]*outChan{}}
-	d.published.Store(published)
-	if epoch != "" {
-		d.chain = shard + "." + epoch
+func newDrainer(cfg drainConfig, published uint64, clk clock) *drainer {
+	if cfg.logger == nil {
+		cfg.logger = hclog.NewNullLogger()
 	}
+	d := &drainer{drainConfig: cfg, clock: clk,
+		queue: make(chan *outTxn, drainQueue), done: make(chan struct{}),
+		chans: map[chanKey]*outChan{}, marks: map[string]chanRecord{},
+		workers: map[chanKey]*chainWorker{}, failed: make(chan struct{}), stuckAfter: chainStuckAfter}
+	d.published.Store(published)
+	d.known.Store(max(published, cfg.ownLast))
+	d.setGauge()
 	return d
+}
+
+// setGauge sets the unpublished transactions gauge.
+func (d *drainer) setGauge() {
+	if d.gauge == nil {
+		return
+	}
+	// Read and set under one lock: the last Set has the newest values
+	// (the loop and the chain workers move them concurrently).
+	d.gaugeMu.Lock()
+	defer d.gaugeMu.Unlock()
+	k, p := d.known.Load(), d.published.Load()
+	d.gauge.Set(float64(k - min(k, p)))
 }
 
 // enqueue hands a committed transaction to the drainer, waiting for room.
 func (d *drainer) enqueue(ctx context.Context, t *outTxn) error {
+	if t.txn > d.known.Load() {
+		d.known.Store(t.txn)
+		d.setGauge()
+	}
 	select {
 	case d.queue <- t:
 		return nil
@@ -97,25 +162,31 @@ func (d *drainer) enqueue(ctx context.Context, t *outTxn) error {
 	}
 }
 
-// run publishes pending (the outbox rows left by earlier primaries, in
-// txn order), then what the loop enqueues, until ctx ends (or the queue is
-// closed: then once it is drained). Transactions waiting in the queue are
-// published together (up to maxCoalesce): a drainer that fell behind
-// catches up with fuller batches, not with a batch per transaction.
-func (d *drainer) run(ctx context.Context, pending []*outTxn) {
+// run publishes the backlog (the outbox rows left by earlier primaries, in
+// txn order, a page at a time), then what the loop enqueues, until ctx ends
+// (or the queue is closed: then once it is drained). Transactions waiting
+// in the queue are published together (up to maxCoalesce): a drainer that
+// fell behind catches up with fuller batches, not with a batch per
+// transaction.
+func (d *drainer) run(ctx context.Context, b backlog) {
 	defer close(d.done)
-	defer func() {
-		for _, c := range d.chans {
-			c.w.Close()
-		}
-	}()
-	for len(pending) > 0 {
-		n := min(len(pending), maxCoalesce)
-		if err := d.publish(ctx, pending[:n]); err != nil {
+	defer d.shutdown()
+	for ctx.Err() == nil {
+		pending, err := b.page()
+		if err != nil {
 			d.err = err
 			return
 		}
-		pending = pending[n:]
+		if len(pending) == 0 {
+			break
+		}
+		for len(pending) > 0 {
+			n := min(len(pending), maxCoalesce)
+			if d.err = d.step(ctx, pending[:n]); d.err != nil {
+				return
+			}
+			pending = pending[n:]
+		}
 	}
 	var published time.Time // when the last group was out
 	for {
@@ -123,19 +194,31 @@ func (d *drainer) run(ctx context.Context, pending []*outTxn) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-d.failed:
+			d.err = d.werr
+			return
 		case t, ok := <-d.queue:
 			if !ok {
+				d.err = d.awaitAll(ctx)
 				return
 			}
 			first = t
 		}
 		group := d.gather(ctx, first, published)
-		if err := d.publish(ctx, group); err != nil {
-			d.err = err
+		if d.err = d.step(ctx, group); d.err != nil {
 			return
 		}
 		published = d.clock.Now()
 	}
+}
+
+// step dispatches a group and waits for it, at most chainStuckAfter.
+func (d *drainer) step(ctx context.Context, group []*outTxn) error {
+	g, err := d.dispatch(ctx, group)
+	if err != nil || g == nil {
+		return err
+	}
+	return d.await(ctx, g, d.stuckAfter)
 }
 
 // gather returns first and what joins it, as coalescing decides; published
@@ -190,73 +273,39 @@ func (u unit) covered(txn uint64, chunk int) bool {
 	return u.txn < txn || (u.txn == txn && u.chunk <= chunk)
 }
 
-// publish publishes a group of committed transactions' outputs, in txn
-// order; it returns only once they are all out, ctx ended (nil: the next
-// primary finishes), or a permanent failure (an error: the shard fails).
-func (d *drainer) publish(ctx context.Context, group []*outTxn) error {
+// split groups a group's outputs by chain, skipping txns published
+// before: the chains in order of first use, each one's txns with their
+// outputs there, and the number of messages.
+func (d *drainer) split(group []*outTxn) (order []chanKey, by map[chanKey][]*outTxn, count int) {
 	published := d.published.Load()
-	var order []string
-	by := map[string][]*outTxn{} // per channel, the group's txns with outputs there
-	count := 0
+	by = map[chanKey][]*outTxn{}
 	for _, t := range group {
 		if t.txn <= published {
 			continue // recorded as published by an earlier primary
 		}
-		if d.chain == "" {
-			d.chain = d.shard + "." + t.epoch // the shard's first outputs made the epoch
-		}
 		for _, o := range t.outputs {
-			txns := by[o.channel]
+			k := chanKey{t.epoch, o.channel}
+			txns := by[k]
 			if len(txns) == 0 {
-				order = append(order, o.channel)
+				order = append(order, k)
 			}
 			if len(txns) == 0 || txns[len(txns)-1].txn != t.txn {
-				by[o.channel] = append(txns, &outTxn{txn: t.txn})
+				by[k] = append(txns, &outTxn{txn: t.txn})
 			}
-			last := by[o.channel][len(by[o.channel])-1]
+			last := by[k][len(by[k])-1]
 			last.outputs = append(last.outputs, o)
 			count++
 		}
 	}
-	if len(order) == 0 {
-		if n := len(group); n > 0 && group[n-1].txn > published {
-			d.published.Store(group[n-1].txn)
-		}
-		return nil
+	return order, by, count
+}
+
+// markPublished records that every txn up to txn is out (under gmu).
+func (d *drainer) markPublished(txn uint64) {
+	if txn > d.published.Load() {
+		d.published.Store(txn)
 	}
-	// Partitions are independent chains: publish them side by side.
-	chans := make([]*outChan, len(order))
-	for i, ch := range order {
-		c, err := d.channel(ctx, ch)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		chans[i] = c
-	}
-	errs := make([]error, len(order))
-	var wg sync.WaitGroup
-	for i, ch := range order {
-		wg.Add(1)
-		go func() { // owned here: joined below, ends with ctx
-			defer wg.Done()
-			errs[i] = d.publishChannel(ctx, chans[i], by[ch])
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-	}
-	d.published.Store(group[len(group)-1].txn)
-	metricOutputsPublished.WithLabelValues(d.shard).Add(float64(count))
-	return nil
+	d.setGauge()
 }
 
 // publishChannel publishes txns' messages for one partition, in txn order:
@@ -300,8 +349,11 @@ func (d *drainer) publishChannel(ctx context.Context, c *outChan, txns []*outTxn
 // whose reply was lost) it reads the last marker, drops what it covers, and
 // sends the rest: the chain moving is another writer's progress, not a
 // failure, so there is no bound but that progress — a stale reply whose
-// chain did not move is an error. Every other error is the adaptor's final
-// word (see drainer).
+// chain did not move is an error. A chain that went backwards lost its
+// markers under the drainer (the stream purged or re-created): reported,
+// and the chain bound again to the channel's incarnation now
+// (outcheck.go). Every other error is the adaptor's final word (see
+// drainer).
 func (d *drainer) appendUnits(ctx context.Context, c *outChan, units []unit) error {
 	for {
 		for len(units) > 0 && units[0].covered(c.txn, c.chunk) {
@@ -310,13 +362,30 @@ func (d *drainer) appendUnits(ctx context.Context, c *outChan, units []unit) err
 		if len(units) == 0 {
 			return nil
 		}
+		if c.after == 0 {
+			// A chain with no marker yet matches any writer that expects
+			// none: bind it to the channel's incarnation now, so a stream
+			// re-created since the channel was opened is not written to
+			// on the old one's chain.
+			prevTxn, prevChunk := c.txn, c.chunk
+			changed, err := d.rebind(ctx, c)
+			if err != nil {
+				return err
+			}
+			if changed {
+				if err := d.wentBack(c, prevTxn, prevChunk); err != nil {
+					return err
+				}
+				continue
+			}
+		}
 		var msgs []message.MutableMessage
 		for _, u := range units {
 			msgs = append(msgs, u.msgs...)
 		}
 		last := units[len(units)-1]
 		after := c.after
-		res, err := c.w.AppendBatch(ctx, wal.Batch{Messages: msgs, Chain: d.chain, Marker: last.marker(), After: after})
+		res, err := c.w.AppendBatch(ctx, wal.Batch{Messages: msgs, Chain: c.chain, Marker: last.marker(), After: after})
 		if err == nil {
 			c.after, c.txn, c.chunk = res.MarkerID, last.txn, last.chunk
 			return nil
@@ -324,41 +393,44 @@ func (d *drainer) appendUnits(ctx context.Context, c *outChan, units []unit) err
 		if !errors.Is(err, wal.ErrStaleChain) {
 			return err
 		}
+		prevTxn, prevChunk := c.txn, c.chunk
 		if err := d.loadMarker(ctx, c); err != nil {
 			return err
 		}
+		if c.after < after {
+			d.reportLost(c, fmt.Sprintf("the chain's last marker went from id %d to %d while the primary published", after, c.after))
+			if _, err := d.rebind(ctx, c); err != nil {
+				return err
+			}
+		}
+		if err := d.wentBack(c, prevTxn, prevChunk); err != nil {
+			return err
+		}
 		if c.after == after {
-			return fmt.Errorf("chain %s on %s: the WAL refused a batch after marker %d as stale, but that is still the last marker: %w", d.chain, c.w.Channel(), after, err)
+			return fmt.Errorf("chain %s on %s: the WAL refused a batch after marker %d as stale, but that is still the last marker: %w", c.chain, c.channel, after, err)
 		}
 	}
 }
 
-// channel opens (once) an output partition and reads its last marker.
-func (d *drainer) channel(ctx context.Context, ch string) (*outChan, error) {
-	if c, ok := d.chans[ch]; ok {
-		return c, nil
+// errChainWentBack: a chain covers less than it did (markers removed or the
+// stream re-created under the drainer).
+var errChainWentBack = errors.New("the output chain went backwards")
+
+// wentBack fails when c's chain now covers less than (txn, chunk), which it
+// covered before: the drainer holds only the transactions after that, and
+// those in between are not its to send. The primary restarts (transient);
+// its successor opens the chain afresh and publishes from the outbox.
+func (d *drainer) wentBack(c *outChan, txn uint64, chunk int) error {
+	if c.txn > txn || c.txn == txn && c.chunk >= chunk {
+		return nil
 	}
-	w, err := d.opener.Open(ctx, &wal.OpenOption{Channel: ch})
-	if err != nil {
-		return nil, fmt.Errorf("open output %s: %w", ch, err)
-	}
-	max, atomic := w.BatchLimits()
-	if max <= 0 {
-		w.Close()
-		return nil, fmt.Errorf("output %s: the %s WAL has no batches; exactly-once outputs need them", ch, w.WALName())
-	}
-	c := &outChan{w: w, max: max, atomic: atomic}
-	if err := d.loadMarker(ctx, c); err != nil {
-		w.Close()
-		return nil, err
-	}
-	d.chans[ch] = c
-	return c, nil
+	return markTransient(fmt.Errorf("chain %s on %s: %w: it covered txn %d chunk %d, now txn %d chunk %d (the stream purged or re-created); restarting to publish from the outbox",
+		c.chain, c.channel, errChainWentBack, txn, chunk, c.txn, c.chunk))
 }
 
 // loadMarker reads the chain's last marker on c.
 func (d *drainer) loadMarker(ctx context.Context, c *outChan) error {
-	m, err := c.w.LastMarker(ctx, d.chain)
+	m, err := c.w.LastMarker(ctx, c.chain)
 	if err != nil {
 		return err
 	}
@@ -368,7 +440,7 @@ func (d *drainer) loadMarker(ctx context.Context, c *outChan) error {
 	}
 	txn, chunk, err := parseMarker(m.Payload)
 	if err != nil {
-		return fmt.Errorf("chain %s on %s: %w", d.chain, c.w.Channel(), err)
+		return fmt.Errorf("chain %s on %s: %w", c.chain, c.channel, err)
 	}
 	c.txn, c.chunk = txn, chunk
 	return nil
@@ -386,41 +458,4 @@ func parseMarker(b []byte) (txn uint64, chunk int, err error) {
 		return 0, 0, fmt.Errorf("marker %q: %w", b, err)
 	}
 	return txn, chunk, nil
-}
-
-// pendingOutputs reads the outbox rows of transactions after published, in
-// txn order: what earlier primaries committed and may not have published.
-func pendingOutputs(db *grocksdb.DB, ro *grocksdb.ReadOptions, published uint64, epoch string) ([]*outTxn, error) {
-	it := db.NewIterator(ro)
-	defer it.Close()
-	var out []*outTxn
-	for it.Seek(outboxTxnStart(published + 1)); it.ValidForPrefix(outboxPrefix); it.Next() {
-		k, v := it.Key(), it.Value()
-		txn, _, err := parseOutboxKey(k.Data())
-		if err == nil {
-			var os []output
-			// A copy of the row: its payloads alias it.
-			os, err = decodeRow(append([]byte(nil), v.Data()...))
-			if err != nil {
-				err = fmt.Errorf("row %q: %w", k.Data(), err)
-			} else {
-				if len(out) == 0 || out[len(out)-1].txn != txn {
-					out = append(out, &outTxn{txn: txn, epoch: epoch})
-				}
-				out[len(out)-1].outputs = append(out[len(out)-1].outputs, os...)
-			}
-		}
-		k.Free()
-		v.Free()
-		if err != nil {
-			return nil, fmt.Errorf("read the outbox: %w", err)
-		}
-	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("read the outbox: %w", err)
-	}
-	if len(out) > 0 && epoch == "" {
-		return nil, fmt.Errorf("read the outbox: %d transactions of outputs but no %s", len(out), outboxEpochKey)
-	}
-	return out, nil
 }

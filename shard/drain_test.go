@@ -36,6 +36,13 @@ func committedOutputs(n, perTxn int) []*outTxn {
 	return out
 }
 
+// testDrainer is a drainer of shard "s" whose last committed txn is ownLast.
+func testDrainer(op wal.Opener, ownLast uint64) *drainer {
+	return newDrainer(drainConfig{shard: "s", opener: op, ownLast: ownLast}, 0, realClock{})
+}
+
+func ptr[T any](v T) *T { return &v }
+
 func readChannel(t *testing.T, op wal.Opener, ch string) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -86,13 +93,13 @@ func TestDrainersRace(t *testing.T) {
 		txns := committedOutputs(8, 7)
 		var wg sync.WaitGroup
 		for i, op := range ops {
-			d := newDrainer("s", "e1", op, 0, realClock{})
+			d := testDrainer(op, 1000)
 			close(d.queue) // both drain the pending list, then stop
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				if i == 0 {
-					d.run(context.Background(), txns) // all in one group
+					d.run(context.Background(), ptr(listBacklog(txns))) // all in one group
 				} else {
 					// In groups of 3: batches end elsewhere than the other
 					// drainer's, so the chain it finds may cover part of one.
@@ -101,9 +108,7 @@ func TestDrainersRace(t *testing.T) {
 							t.Errorf("drainer %d: %v", i, err)
 						}
 					}
-					for _, c := range d.chans {
-						c.w.Close()
-					}
+					d.shutdown()
 				}
 				if d.err != nil {
 					t.Errorf("drainer %d: %v", i, d.err)
@@ -139,9 +144,9 @@ func TestDrainerResumesAfterPublished(t *testing.T) {
 	defer op.Close()
 	txns := committedOutputs(6, 3)
 	run := func(pending []*outTxn) {
-		d := newDrainer("s", "e1", op, 0, realClock{})
+		d := testDrainer(op, 1000)
 		close(d.queue)
-		d.run(context.Background(), pending)
+		d.run(context.Background(), ptr(listBacklog(pending)))
 		if d.err != nil {
 			t.Fatal(d.err)
 		}
@@ -185,7 +190,7 @@ func firstDiff(a, b []string) int {
 // linger ago it waits out the linger for more (on the real clock: the
 // decisions themselves are in testdata/coalesce).
 func TestGatherLingersOnlyWhenAsked(t *testing.T) {
-	d := newDrainer("s", "e", nil, 0, realClock{})
+	d := testDrainer(nil, 0)
 	first := &outTxn{txn: 1}
 	d.queue <- &outTxn{txn: 2}
 	start := time.Now()
@@ -255,12 +260,12 @@ func TestPublishRetriedByOneLayer(t *testing.T) {
 			defer op.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			d := newDrainer("s", "e1", op, 0, realClock{})
+			d := testDrainer(op, 1000)
 			close(d.queue) // it publishes the pending transaction, then stops
 			pending := []*outTxn{{txn: 1, epoch: "e1", outputs: []output{
 				{channel: "out/0000", msg: message.MutableMessage{Key: "k", Payload: []byte("once")}},
 			}}}
-			go d.run(ctx, pending)
+			go d.run(ctx, ptr(listBacklog(pending)))
 			select {
 			case <-d.done:
 			case <-extra:

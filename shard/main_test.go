@@ -45,7 +45,8 @@ func metricsSettled() error {
 		case "consumerd_shard_source_lag_messages",
 			"consumerd_shard_last_commit_timestamp_seconds",
 			"consumerd_snapshot_last_success_timestamp_seconds",
-			"consumerd_recoverylog_bytes_since_snapshot":
+			"consumerd_recoverylog_bytes_since_snapshot",
+			"consumerd_shard_unpublished_output_transactions":
 			if n := len(mf.GetMetric()); n != 0 {
 				return fmt.Errorf("%d %s series left after every node stopped", n, mf.GetName())
 			}

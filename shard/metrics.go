@@ -53,6 +53,16 @@ var (
 		Name: "consumerd_shard_outputs_published_total",
 		Help: "Output messages of committed transactions published (exactly once) by this process's primaries.",
 	}, []string{"shard"})
+	metricOutputMarkersLost = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "consumerd_shard_output_markers_lost_total",
+		Help: "Output partitions whose marker chain lost the markers the shard had published (the stream re-created, purged or trimmed by its limits): their pending outputs go out again without a marker to say which were out (at least once).",
+	}, []string{"shard", "channel"})
+	// metricUnpublished is set while the shard's primary runs on this
+	// process, deleted when it stops.
+	metricUnpublished = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "consumerd_shard_unpublished_output_transactions",
+		Help: "Committed transactions of the shard's primary on this process whose outputs are not all published yet.",
+	}, []string{"shard"})
 )
 
 // A primary's commit and snapshot gauges (primarystats.go): set while the

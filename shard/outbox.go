@@ -198,7 +198,9 @@ func decodeOutput(b []byte) (output, []byte, error) {
 // outboxState is what the DB records of the outbox.
 type outboxState struct {
 	last, published uint64
-	epoch           string
+	epoch           string      // the current epoch (outboxepoch.go)
+	resetTerm       int64       // the LogResetTerm it was made under
+	epochs          []epochFrom // every epoch but a first and only one, in txn order
 }
 
 func loadUint(db *grocksdb.DB, ro *grocksdb.ReadOptions, key []byte) (uint64, error) {
@@ -227,6 +229,9 @@ func loadOutboxState(db *grocksdb.DB, ro *grocksdb.ReadOptions) (outboxState, er
 		return st, fmt.Errorf("load outbox: %w", err)
 	}
 	st.epoch = string(epoch)
+	if err := loadEpochs(db, ro, &st); err != nil {
+		return st, fmt.Errorf("load outbox: %w", err)
+	}
 	return st, nil
 }
 
@@ -243,27 +248,38 @@ type txnPublisher struct {
 	topics *topicCache
 	st     outboxState // last: the last txn that staged (committed or in flight)
 
-	open    uint64 // the open transaction's txn number, 0 until it stages
-	staged  []output
-	row     []byte // the open transaction's row being filled (version 2)
-	rows    int    // its rows put in the batch so far
-	rowCap  int    // the size of the last full or sealed row: the next one's capacity
-	newEpoc bool   // the open transaction writes the epoch
+	open   uint64 // the open transaction's txn number, 0 until it stages
+	staged []output
+	row    []byte // the open transaction's row being filled (version 2)
+	rows   int    // its rows put in the batch so far
+	rowCap int    // the size of the last full or sealed row: the next one's capacity
 
-	channels map[topic.Partition]string // channel names by partition, made once
+	channels map[topic.Partition]*outPart
+	// check, when set, vets an output partition before the primary first
+	// stages to it (drainer.prepare): a chain whose markers cover txns
+	// beyond the shard's own fails the shard before it commits any.
+	check func(ctx context.Context, channel, epoch string) (rec chanRecord, write bool, err error)
+	err   error // a failed check: the transaction must not commit
 }
 
-// channel is part's channel name, formatted once per partition.
-func (p *txnPublisher) channel(part topic.Partition) string {
-	ch, ok := p.channels[part]
+// outPart is what the publisher keeps of an output partition: its channel
+// name, formatted once, and whether it was vetted for the current epoch.
+type outPart struct {
+	channel string
+	checked bool
+}
+
+// part is part's outPart (one map lookup per staged message).
+func (p *txnPublisher) part(part topic.Partition) *outPart {
+	op, ok := p.channels[part]
 	if !ok {
 		if p.channels == nil {
-			p.channels = make(map[topic.Partition]string)
+			p.channels = make(map[topic.Partition]*outPart)
 		}
-		ch = part.Channel()
-		p.channels[part] = ch
+		op = &outPart{channel: part.Channel()}
+		p.channels[part] = op
 	}
-	return ch
+	return op
 }
 
 var _ Publisher = (*txnPublisher)(nil)
@@ -296,17 +312,36 @@ func (p *txnPublisher) Partitions(topicName string) (int, error) {
 }
 
 func (p *txnPublisher) stage(_ topic.Description, part topic.Partition, msg message.MutableMessage) error {
+	if p.err != nil {
+		return p.err
+	}
 	if p.open == 0 {
 		p.open = p.st.last + 1
-		if p.st.epoch == "" {
-			p.st.epoch, p.newEpoc = newEpoch(), true
+		if rt := p.resetTerm(); p.st.needsEpoch(rt) {
+			p.st.startEpoch(p.sh.txn, p.open, rt)
+			for _, op := range p.channels {
+				op.checked = false
+			}
 		}
+	}
+	op := p.part(part)
+	ch := op.channel
+	if p.check != nil && !op.checked {
+		rec, write, err := p.check(p.sh.ctx, ch, p.st.epoch)
+		if err != nil {
+			p.err = fmt.Errorf("publish to %s: %w", part, err)
+			return p.err
+		}
+		if write {
+			putChanRecord(p.sh.txn, ch, rec)
+		}
+		op.checked = true
 	}
 	if p.row == nil {
 		p.row = make([]byte, 1, max(p.rowCap, 4096))
 		p.row[0] = outboxRowV2
 	}
-	o := output{channel: p.channel(part), msg: message.MutableMessage{Key: msg.Key}}
+	o := output{channel: ch, msg: message.MutableMessage{Key: msg.Key}}
 	var at int
 	p.row, at = appendOutput(p.row, o.channel, &msg)
 	// The payload is the row's copy: the row is only ever appended to (a
@@ -332,8 +367,16 @@ func (p *txnPublisher) putRow() {
 	p.rowCap, p.row = len(p.row), nil
 }
 
+// resetTerm is the spec's LogResetTerm (0 without a spec: tests).
+func (p *txnPublisher) resetTerm() int64 {
+	if p.sh.spec == nil {
+		return 0
+	}
+	return p.sh.spec.LogResetTerm
+}
+
 // seal finishes the open transaction's outbox before its commit: it records
-// the txn number (and a new epoch) in the batch and returns the staged
+// the txn number in the batch (stage put a new epoch there) and returns the staged
 // outputs (nil when none), ready for the drainer once the commit applied.
 func (p *txnPublisher) seal(batch *grocksdb.WriteBatch) *outTxn {
 	if p.open == 0 {
@@ -344,10 +387,6 @@ func (p *txnPublisher) seal(batch *grocksdb.WriteBatch) *outTxn {
 	}
 	p.rows = 0
 	batch.Put(outboxLastKey, strconv.AppendUint(nil, p.open, 10))
-	if p.newEpoc {
-		batch.Put(outboxEpochKey, []byte(p.st.epoch))
-		p.newEpoc = false
-	}
 	t := &outTxn{txn: p.open, epoch: p.st.epoch, outputs: p.staged}
 	// The next transaction likely stages as many: size its slice alike.
 	p.st.last, p.open, p.staged = p.open, 0, make([]output, 0, len(p.staged))

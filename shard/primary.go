@@ -246,27 +246,32 @@ type primaryOutputs struct {
 }
 
 // startOutputs starts the drainer: what earlier primaries committed is
-// published first, then what this one commits (drain.go).
+// published first, a page at a time, then what this one commits
+// (drain.go). The publisher vets each output partition with the drainer
+// before it first stages to it (outcheck.go).
 func (r *replica) startOutputs(ctx context.Context, sdb *shardDB, sh *primaryShard) (*primaryOutputs, error) {
 	ob, err := loadOutboxState(sdb.db, sdb.ro)
 	if err != nil {
 		return nil, err
 	}
-	pending, err := pendingOutputs(sdb.db, sdb.ro, ob.published, ob.epoch)
+	records, err := loadChanRecords(sdb.db, sdb.ro)
 	if err != nil {
 		return nil, err
 	}
+	st := ob // the publisher's copy: it moves on; the backlog's stays
 	o := &primaryOutputs{
-		pub:       &txnPublisher{sh: sh, topics: &topicCache{lookup: r.svc.cfg.Topics}, st: ob},
-		drain:     newDrainer(sh.spec.ID, ob.epoch, r.svc.cfg.Opener, ob.published, r.svc.clock),
+		drain: newDrainer(drainConfig{shard: sh.spec.ID, opener: r.svc.cfg.Opener, ownLast: ob.last,
+			retired: ob.retiredEpochs(sh.spec.LogResetTerm), records: records, logger: r.logger,
+			gauge: metricUnpublished.WithLabelValues(sh.spec.ID)},
+			ob.published, r.svc.clock),
 		published: ob.published,
 	}
+	o.pub = &txnPublisher{sh: sh, topics: &topicCache{lookup: r.svc.cfg.Topics}, st: st, check: o.drain.prepare}
 	drainCtx, cancel := context.WithCancel(ctx)
 	o.cancel = cancel
-	go o.drain.run(drainCtx, pending) // owned here: ended by stop
-	if len(pending) > 0 {
-		r.logger.Info("publishing outputs committed by an earlier primary", "transactions", len(pending),
-			"from_txn", pending[0].txn, "to_txn", pending[len(pending)-1].txn)
+	go o.drain.run(drainCtx, newOutboxBacklog(sdb.db, sdb.ro, &ob)) // owned here: ended by stop
+	if ob.last > ob.published {
+		r.logger.Info("publishing outputs committed by an earlier primary", "from_txn", ob.published+1, "to_txn", ob.last)
 	}
 	return o, nil
 }
@@ -275,6 +280,7 @@ func (r *replica) startOutputs(ctx context.Context, sdb *shardDB, sh *primarySha
 func (o *primaryOutputs) stop() {
 	o.cancel()
 	<-o.drain.done
+	metricUnpublished.DeleteLabelValues(o.drain.shard)
 }
 
 // sourceHandler is the MessageHandler of a primary's source scanner: it

@@ -88,10 +88,20 @@ func (l *txnLoop) finishPrev() error {
 	return nil
 }
 
+// pubErr is the error to stop with when the app's Consume or Flush failed
+// with appErr: the publisher's own, when a Publish of it failed (the app
+// may have wrapped it without %w, hiding a transient failure), else appErr.
+func (l *txnLoop) pubErr(appErr error) error {
+	if l.pub.err != nil {
+		return fmt.Errorf("%w (the app's error: %v)", l.pub.err, appErr)
+	}
+	return appErr
+}
+
 func (l *txnLoop) consume(m inbound) error {
 	env := topic.Envelope{Partition: m.src.part, Message: m.msg}
 	if err := safeCall("Consume", func() error { return l.consumer.Consume(l.sh, env, l.pub) }); err != nil {
-		return fmt.Errorf("message %s@%d: %w", m.src.channel, m.msg.ID, err)
+		return fmt.Errorf("message %s@%d: %w", m.src.channel, m.msg.ID, l.pubErr(err))
 	}
 	n := m.msg.Size()
 	l.offsets[m.src.channel] = m.msg.ID
@@ -208,7 +218,10 @@ func (l *txnLoop) waitPrev(ctx context.Context) error {
 // and starts its commit. The previous commit is done (txnCore saw to it).
 func (l *txnLoop) commit(ctx context.Context) error {
 	if err := safeCall("Flush", func() error { return l.consumer.Flush(l.sh, l.pub) }); err != nil {
-		return err
+		return l.pubErr(err)
+	}
+	if l.pub.err != nil {
+		return l.pub.err // a partition the transaction staged to failed its check
 	}
 	batch := l.sh.txn
 	for ch, id := range l.offsets {
@@ -220,6 +233,9 @@ func (l *txnLoop) commit(ctx context.Context) error {
 	if p := l.drain.published.Load(); p > l.recorded {
 		if now := l.clock.Now(); now.Sub(l.recordedAt) >= recordPublishedEvery {
 			recordPublished(batch, p)
+			for ch, rec := range l.drain.takeMarks() {
+				putChanRecord(batch, ch, rec)
+			}
 			l.recorded, l.recordedAt = p, now
 		}
 	}

@@ -33,8 +33,15 @@ log and older than the reset moves that database aside (kept under
 <data-dir>/damaged/) and rebuilds the shard from what the log has, offsets
 included: sources are read again from the offsets found there (from their
 start when the log is empty). Nothing is deleted but the pointer.
+
+reset is also the answer to a shard FAILED with "an output chain covers
+transactions beyond the shard's own last one": its log lost transactions
+whose outputs were published, and new ones would be numbered like them. After
+the reset the shard publishes its new transactions on a new marker chain (the
+lost ones' outputs stay published; outputs of the inputs read again may go
+out twice).
   --shard ID    that shard
-  --lost-log    every shard with a replica FAILED for that reason`,
+  --lost-log    every shard with a replica FAILED for either reason`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if (shardID == "") == !lostLog {

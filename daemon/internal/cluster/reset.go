@@ -16,11 +16,14 @@ import (
 	"github.com/consumerd/consumerd/shard"
 )
 
-// LostLogShards are the shards with a replica FAILED on recoverylog.ErrLogBehind.
+// LostLogShards are the shards with a replica FAILED because their recovery
+// log lost records: recoverylog.ErrLogBehind, or shard.ErrOutputsAhead (an
+// output chain covers transactions the log no longer has).
 func LostLogShards(snap allocator.Snapshot) []string {
 	seen := map[string]bool{}
 	for _, a := range snap.Assignments {
-		if a.Status.State == allocator.StateFailed && strings.Contains(a.Status.Error, recoverylog.ErrLogBehind.Error()) {
+		if a.Status.State == allocator.StateFailed && (strings.Contains(a.Status.Error, recoverylog.ErrLogBehind.Error()) ||
+			strings.Contains(a.Status.Error, shard.ErrOutputsAhead.Error())) {
 			seen[a.Item] = true
 		}
 	}
