@@ -112,7 +112,7 @@ func TestStuckPartitionDoesNotBlockOthers(t *testing.T) {
 // page at a time, whole transactions each, and a drainer publishes all of
 // it once, in order.
 func TestBacklogInPages(t *testing.T) {
-	sd, err := openShardDB(t.TempDir()+"/db", nil, nil)
+	sd, err := openShardDB(t.TempDir()+"/db", nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
