@@ -251,6 +251,7 @@ type txnPublisher struct {
 	newEpoc bool   // the open transaction writes the epoch
 
 	channels map[topic.Partition]string // channel names by partition, made once
+	limits   *outputLimits              // checks staged messages (nil: unchecked)
 }
 
 // channel is part's channel name, formatted once per partition.
@@ -296,6 +297,11 @@ func (p *txnPublisher) Partitions(topicName string) (int, error) {
 }
 
 func (p *txnPublisher) stage(_ topic.Description, part topic.Partition, msg message.MutableMessage) error {
+	if p.limits != nil {
+		if err := p.limits.check(p.sh.ctx, p.channel(part), &msg); err != nil {
+			return fmt.Errorf("publish to %s: %w", part, err)
+		}
+	}
 	if p.open == 0 {
 		p.open = p.st.last + 1
 		if p.st.epoch == "" {

@@ -256,9 +256,12 @@ func (r *replica) startOutputs(ctx context.Context, sdb *shardDB, sh *primarySha
 	if err != nil {
 		return nil, err
 	}
+	// Outputs are opened as their topic records allow (outlimits.go).
+	opener := &outputOpener{Opener: r.svc.cfg.Opener, shard: sh.spec.ID, lookup: r.svc.cfg.Topics}
 	o := &primaryOutputs{
-		pub:       &txnPublisher{sh: sh, topics: &topicCache{lookup: r.svc.cfg.Topics}, st: ob},
-		drain:     newDrainer(sh.spec.ID, ob.epoch, r.svc.cfg.Opener, ob.published, r.svc.clock),
+		pub: &txnPublisher{sh: sh, topics: &topicCache{lookup: r.svc.cfg.Topics}, st: ob,
+			limits: &outputLimits{opener: opener}},
+		drain:     newDrainer(sh.spec.ID, ob.epoch, opener, ob.published, r.svc.clock),
 		published: ob.published,
 	}
 	drainCtx, cancel := context.WithCancel(ctx)
@@ -275,6 +278,7 @@ func (r *replica) startOutputs(ctx context.Context, sdb *shardDB, sh *primarySha
 func (o *primaryOutputs) stop() {
 	o.cancel()
 	<-o.drain.done
+	o.pub.limits.close()
 }
 
 // sourceHandler is the MessageHandler of a primary's source scanner: it
