@@ -74,6 +74,9 @@ func (r *replica) runPrimary(ctx context.Context, sdb *shardDB, consumer Consume
 	r.serveQueries(&queryShard{ctx: ctx, spec: spec, db: sdb.db, ro: sdb.ro, wo: sdb.wo})
 	defer r.serveQueries(nil)
 
+	if err := applyOutputDrops(ctx, rec, sdb.db, sdb.ro, spec, r.logger); err != nil {
+		return err
+	}
 	outs, err := r.startOutputs(ctx, sdb, sh)
 	if err != nil {
 		return err
