@@ -250,7 +250,7 @@ func (w *walImpl) batchErr(ctx context.Context, b walimpls.Batch, err error) err
 		// The server drops a message of an atomic batch over the stream's
 		// max_msg_size and then finds the batch incomplete: a resend fails
 		// the same way, forever.
-		if lerr := w.recheckLimit(ctx, b); lerr != nil {
+		if lerr := w.recheckLimit(ctx, b, err); lerr != nil {
 			return lerr
 		}
 		return fmt.Errorf("jetstream: append batch to channel %q on %s: %w", w.n.channel, w.o.cfg.URL, err)

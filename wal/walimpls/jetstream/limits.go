@@ -83,11 +83,11 @@ func (w *walImpl) CheckMessage(msg *message.MutableMessage) error {
 }
 
 // recheckLimit re-reads the stream's max_msg_size (an operator may have
-// lowered it since the WAL was opened) and fails b permanently when a
-// message of it, with the headers an atomic batch adds, exceeds it; nil
+// lowered it since the WAL was opened) after the server's reply refused b,
+// and fails b permanently, with that reply, when a message of it, with the headers an atomic batch adds, exceeds it; nil
 // otherwise (also when the stream cannot be read: the caller's error
 // stands).
-func (w *walImpl) recheckLimit(ctx context.Context, b walimpls.Batch) error {
+func (w *walImpl) recheckLimit(ctx context.Context, b walimpls.Batch, reply error) error {
 	info, err := w.st.Info(ctx)
 	if err != nil {
 		return nil
@@ -99,7 +99,7 @@ func (w *walImpl) recheckLimit(ctx context.Context, b walimpls.Batch) error {
 		m.Header[batchIDHeader] = []string{"batch-id-of-22-chars.."}
 		m.Header[batchSeqHeader] = batchSeqValue(i + 1)
 		if err := w.checkSize(m); err != nil {
-			return fmt.Errorf("jetstream: append batch to channel %q: message %d: %w", w.n.channel, i, err)
+			return fmt.Errorf("jetstream: append batch to channel %q: message %d: %w (the server's reply: %v)", w.n.channel, i, err, reply)
 		}
 	}
 	return nil
