@@ -240,6 +240,7 @@ func newEpoch() string {
 // stages outputs in the open transaction's batch.
 type txnPublisher struct {
 	sh     *primaryShard
+	limits *outputLimits // refuses what an output can never take (nil: unchecked)
 	topics *topicCache
 	st     outboxState // last: the last txn that staged (committed or in flight)
 
@@ -251,7 +252,6 @@ type txnPublisher struct {
 	newEpoc bool   // the open transaction writes the epoch
 
 	channels map[topic.Partition]string // channel names by partition, made once
-	limits   *outputLimits              // checks staged messages (nil: unchecked)
 }
 
 // channel is part's channel name, formatted once per partition.
@@ -274,7 +274,11 @@ func (p *txnPublisher) Publish(topicName string, msg message.MutableMessage) err
 	if err != nil {
 		return fmt.Errorf("publish to topic %s: %w", topicName, err)
 	}
-	return p.stage(d, topic.Partition{Topic: topicName, Index: topic.PartitionFor(msg.Key, d.Partitions)}, msg)
+	part := topic.Partition{Topic: topicName, Index: topic.PartitionFor(msg.Key, d.Partitions)}
+	if err := p.checkLimits(part, &msg); err != nil {
+		return err
+	}
+	return p.stage(d, part, msg)
 }
 
 func (p *txnPublisher) PublishTo(part topic.Partition, msg message.MutableMessage) error {
@@ -284,6 +288,9 @@ func (p *txnPublisher) PublishTo(part topic.Partition, msg message.MutableMessag
 	}
 	if part.Index < 0 || part.Index >= d.Partitions {
 		return fmt.Errorf("publish to %s: topic %s has partitions 0..%d", part, part.Topic, d.Partitions-1)
+	}
+	if err := p.checkLimits(part, &msg); err != nil {
+		return err
 	}
 	return p.stage(d, part, msg)
 }
@@ -297,11 +304,6 @@ func (p *txnPublisher) Partitions(topicName string) (int, error) {
 }
 
 func (p *txnPublisher) stage(_ topic.Description, part topic.Partition, msg message.MutableMessage) error {
-	if p.limits != nil {
-		if err := p.limits.check(p.sh.ctx, p.channel(part), &msg); err != nil {
-			return fmt.Errorf("publish to %s: %w", part, err)
-		}
-	}
 	if p.open == 0 {
 		p.open = p.st.last + 1
 		if p.st.epoch == "" {

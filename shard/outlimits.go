@@ -109,6 +109,17 @@ func (l *outputLimits) check(ctx context.Context, ch string, msg *message.Mutabl
 	return nil
 }
 
+// checkLimits refuses msg, unstaged, when part's channel can never take it.
+func (p *txnPublisher) checkLimits(part topic.Partition, msg *message.MutableMessage) error {
+	if p.limits == nil {
+		return nil
+	}
+	if err := p.limits.check(p.sh.ctx, p.channel(part), msg); err != nil {
+		return fmt.Errorf("publish to %s: %w", part, err)
+	}
+	return nil
+}
+
 // close closes the WALs opened for checks.
 func (l *outputLimits) close() {
 	for _, w := range l.wals {

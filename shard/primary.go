@@ -82,6 +82,7 @@ func (r *replica) runPrimary(ctx context.Context, sdb *shardDB, consumer Consume
 		return err
 	}
 	defer outs.stop()
+	defer outs.pub.limits.close() // after the loop, which stages
 
 	r.setState(ctx, allocator.StatePrimary, "")
 	clk := r.svc.clock
@@ -281,7 +282,6 @@ func (r *replica) startOutputs(ctx context.Context, sdb *shardDB, sh *primarySha
 func (o *primaryOutputs) stop() {
 	o.cancel()
 	<-o.drain.done
-	o.pub.limits.close()
 }
 
 // sourceHandler is the MessageHandler of a primary's source scanner: it
