@@ -336,7 +336,7 @@ func (d *drainer) publishChannel(ctx context.Context, c *outChan, txns []*outTxn
 		}
 		batch := units[:n]
 		if err := d.appendUnits(ctx, c, batch); err != nil {
-			return fmt.Errorf("publish txn %d..%d's outputs to %s: %w", batch[0].txn, batch[len(batch)-1].txn, ch, err)
+			return &publishError{shard: d.shard, channel: ch, from: batch[0].txn, to: batch[len(batch)-1].txn, err: err}
 		}
 		units = units[n:]
 	}

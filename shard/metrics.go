@@ -82,3 +82,10 @@ var (
 		Help: "Recovery-log bytes the shard's primary on this process appended since its last snapshot (since it took over, before its first): what snapshot_interval_bytes is compared with. Absent when snapshots are off.",
 	}, []string{"shard"})
 )
+
+// metricOutputsDropped counts committed outputs an operator dropped
+// unpublished ('consumerd shards outputs --drop', outputdrop.go).
+var metricOutputsDropped = promauto.NewCounterVec(prometheus.CounterOpts{
+	Name: "consumerd_shard_outputs_dropped_total",
+	Help: "Committed outputs dropped unpublished by an operator (shards outputs --drop), applied by this process's primaries.",
+}, []string{"shard"})

@@ -245,6 +245,7 @@ func newEpoch() string {
 // stages outputs in the open transaction's batch.
 type txnPublisher struct {
 	sh     *primaryShard
+	limits *outputLimits // refuses what an output can never take (nil: unchecked)
 	topics *topicCache
 	st     outboxState // last: the last txn that staged (committed or in flight)
 
@@ -289,7 +290,11 @@ func (p *txnPublisher) Publish(topicName string, msg message.MutableMessage) err
 	if err != nil {
 		return fmt.Errorf("publish to topic %s: %w", topicName, err)
 	}
-	return p.stage(d, topic.Partition{Topic: topicName, Index: topic.PartitionFor(msg.Key, d.Partitions)}, msg)
+	part := topic.Partition{Topic: topicName, Index: topic.PartitionFor(msg.Key, d.Partitions)}
+	if err := p.checkLimits(part, &msg); err != nil {
+		return err
+	}
+	return p.stage(d, part, msg)
 }
 
 func (p *txnPublisher) PublishTo(part topic.Partition, msg message.MutableMessage) error {
@@ -299,6 +304,9 @@ func (p *txnPublisher) PublishTo(part topic.Partition, msg message.MutableMessag
 	}
 	if part.Index < 0 || part.Index >= d.Partitions {
 		return fmt.Errorf("publish to %s: topic %s has partitions 0..%d", part, part.Topic, d.Partitions-1)
+	}
+	if err := p.checkLimits(part, &msg); err != nil {
+		return err
 	}
 	return p.stage(d, part, msg)
 }

@@ -74,11 +74,15 @@ func (r *replica) runPrimary(ctx context.Context, sdb *shardDB, consumer Consume
 	r.serveQueries(&queryShard{ctx: ctx, spec: spec, db: sdb.db, ro: sdb.ro, wo: sdb.wo})
 	defer r.serveQueries(nil)
 
+	if err := applyOutputDrops(ctx, rec, sdb.db, sdb.ro, spec, r.logger); err != nil {
+		return err
+	}
 	outs, err := r.startOutputs(ctx, sdb, sh)
 	if err != nil {
 		return err
 	}
 	defer outs.stop()
+	defer outs.pub.limits.close() // after the loop, which stages
 
 	r.setState(ctx, allocator.StatePrimary, "")
 	clk := r.svc.clock
@@ -259,14 +263,17 @@ func (r *replica) startOutputs(ctx context.Context, sdb *shardDB, sh *primarySha
 		return nil, err
 	}
 	st := ob // the publisher's copy: it moves on; the backlog's stays
+	// Outputs are opened as their topic records allow (outlimits.go).
+	opener := &outputOpener{Opener: r.svc.cfg.Opener, shard: sh.spec.ID, lookup: r.svc.cfg.Topics}
 	o := &primaryOutputs{
-		drain: newDrainer(drainConfig{shard: sh.spec.ID, opener: r.svc.cfg.Opener, ownLast: ob.last,
+		drain: newDrainer(drainConfig{shard: sh.spec.ID, opener: opener, ownLast: ob.last,
 			retired: ob.retiredEpochs(sh.spec.LogResetTerm), records: records, logger: r.logger,
 			gauge: metricUnpublished.WithLabelValues(sh.spec.ID)},
 			ob.published, r.svc.clock),
 		published: ob.published,
 	}
-	o.pub = &txnPublisher{sh: sh, topics: &topicCache{lookup: r.svc.cfg.Topics}, st: st, check: o.drain.prepare}
+	o.pub = &txnPublisher{sh: sh, topics: &topicCache{lookup: r.svc.cfg.Topics}, st: st, check: o.drain.prepare,
+		limits: &outputLimits{opener: opener}}
 	drainCtx, cancel := context.WithCancel(ctx)
 	o.cancel = cancel
 	go o.drain.run(drainCtx, newOutboxBacklog(sdb.db, sdb.ro, &ob)) // owned here: ended by stop

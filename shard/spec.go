@@ -73,6 +73,9 @@ type Spec struct {
 	// SourceResets, written by 'consumerd shards accept-source', accept that
 	// a source lost messages the shard had not read (SourceReset).
 	SourceResets []SourceReset `json:"source_resets,omitempty"`
+	// OutputDrops, written by 'consumerd shards outputs --drop', drop
+	// committed outputs that were never published (OutputDrop).
+	OutputDrops []OutputDrop `json:"output_drops,omitempty"`
 	// Restart, when set, has the allocator leader restart a FAILED replica
 	// by itself after a backoff (allocator.RestartPolicy). Absent (the
 	// default): a FAILED replica stays FAILED until a person runs
@@ -289,6 +292,9 @@ func (s *Spec) Validate() error {
 	if s.LogResetTerm < 0 {
 		return bad("log_reset_term", "must not be negative, got %d", s.LogResetTerm)
 	}
+	if err := s.validateOutputDrops(bad); err != nil {
+		return err
+	}
 	if err := s.validateSourceResets(bad); err != nil {
 		return err
 	}
@@ -349,7 +355,7 @@ var specFields = map[string]bool{
 	"id": true, "app": true, "sources": true, "hot_standbys": true,
 	"min_txn_duration": true, "max_txn_duration": true, "disable": true,
 	"labels": true, "snapshot_interval_bytes": true, "snapshots_kept": true,
-	"log_reset_term": true, "restart": true, "source_resets": true,
+	"log_reset_term": true, "restart": true, "source_resets": true, "output_drops": true,
 }
 
 // UnmarshalJSON decodes a spec, naming the field of a bad duration. Unknown

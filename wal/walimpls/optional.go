@@ -57,7 +57,7 @@ func Permanent(err error) error {
 
 // IsRetryable reports whether the adaptor may retry an operation that failed
 // with err: false for nil, ErrFenced, ErrClosed, ErrTruncated, ErrChannelLost, ErrStaleChain,
-// context.Canceled, context.DeadlineExceeded and errors wrapped by Permanent.
+// ErrNoChannel, context.Canceled, context.DeadlineExceeded and errors wrapped by Permanent.
 func IsRetryable(err error) bool {
 	if err == nil {
 		return false
@@ -71,6 +71,7 @@ func IsRetryable(err error) bool {
 		errors.Is(err, ErrChannelLost),
 		errors.Is(err, ErrScannerClosed),
 		errors.Is(err, ErrStaleChain),
+		errors.Is(err, ErrNoChannel),
 		errors.Is(err, context.Canceled),
 		errors.Is(err, context.DeadlineExceeded):
 		return false

@@ -81,6 +81,12 @@ type OpenOption struct {
 	// for a first retryable failure). Opening with a term lower than the
 	// channel's current term succeeds, but its appends fail the same way.
 	Term uint64
+	// NoCreate opens the channel only if it exists: a missing channel fails
+	// Open with an error wrapping ErrNoChannel instead of being created. A
+	// writer whose channels belong to a record kept elsewhere (a shard's
+	// output topics, recorded in etcd) opens with it, so a channel removed
+	// with its record is never created again behind the record's back.
+	NoCreate bool
 }
 
 // OpenerBuilderImpls builds openers of one backend. It is registered by name.

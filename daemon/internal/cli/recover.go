@@ -49,36 +49,10 @@ Snapshots are read from the JetStream object store on --wal.url, or from
 				return err
 			}
 			defer cli.Close()
-			dbOpts, release, err := recoverDBOptions(ctx, cli, cf.EtcdPrefix, shardID, prog)
-			if err != nil {
-				return err
-			}
-			defer release()
-			opener, err := cf.OpenWAL(recoverLogger(prog), 0)
-			if err != nil {
-				return err
-			}
-			defer opener.Close()
-			ns, err := cf.Namespace()
-			if err != nil {
-				return cmdline.Usage(err)
-			}
-			sec, err := cf.WALSec.NATS()
-			if err != nil {
-				return err
-			}
-			st, closeStore, err := connect.OpenSnapshotStore(ctx, snapDir, cf.WALURL, ns, 1, 0, sec, hclog.NewNullLogger())
-			if err != nil {
-				return err
-			}
-			defer closeStore()
 			start := time.Now()
-			res, err := snapshot.Recover(ctx, snapshot.RecoverConfig{
-				Shard: shardID, Dir: dir, Store: st, Etcd: cli, Prefix: cf.EtcdPrefix,
-				Opener: opener, Options: dbOpts, Logger: recoverLogger(prog),
-			})
+			res, err := rebuildShard(ctx, &cf, cli, prog, shardID, dir, snapDir)
 			if err != nil {
-				return fmt.Errorf("recover shard %s into %s: %w", shardID, dir, err)
+				return err
 			}
 			if res.Manifest == nil && res.Position.Seq == 0 {
 				// An empty database is not a recovery: most likely a wrong
@@ -104,6 +78,43 @@ Snapshots are read from the JetStream object store on --wal.url, or from
 	cmd.Flags().StringVar(&dir, "dir", "", "directory to build the shard's RocksDB in (must not exist or be empty)")
 	cmd.Flags().StringVar(&snapDir, "snapshot.dir", "", "read snapshots from this directory store instead of the JetStream object store")
 	return cmd
+}
+
+// rebuildShard builds shard shardID's RocksDB in dir as a new replica
+// does: the newest usable snapshot, then the recovery log after it.
+func rebuildShard(ctx context.Context, cf *connect.ClientFlags, cli *clientv3.Client, prog cmdline.Program, shardID, dir, snapDir string) (snapshot.RecoverResult, error) {
+	var none snapshot.RecoverResult
+	dbOpts, release, err := recoverDBOptions(ctx, cli, cf.EtcdPrefix, shardID, prog)
+	if err != nil {
+		return none, err
+	}
+	defer release()
+	opener, err := cf.OpenWAL(recoverLogger(prog), 0)
+	if err != nil {
+		return none, err
+	}
+	defer opener.Close()
+	ns, err := cf.Namespace()
+	if err != nil {
+		return none, cmdline.Usage(err)
+	}
+	sec, err := cf.WALSec.NATS()
+	if err != nil {
+		return none, err
+	}
+	st, closeStore, err := connect.OpenSnapshotStore(ctx, snapDir, cf.WALURL, ns, 1, 0, sec, hclog.NewNullLogger())
+	if err != nil {
+		return none, err
+	}
+	defer closeStore()
+	res, err := snapshot.Recover(ctx, snapshot.RecoverConfig{
+		Shard: shardID, Dir: dir, Store: st, Etcd: cli, Prefix: cf.EtcdPrefix,
+		Opener: opener, Options: dbOpts, Logger: recoverLogger(prog),
+	})
+	if err != nil {
+		return none, fmt.Errorf("recover shard %s into %s: %w", shardID, dir, err)
+	}
+	return res, nil
 }
 
 // recoverDBOptions are the options the shard's app opens its database

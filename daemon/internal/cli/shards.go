@@ -24,7 +24,7 @@ func newShardsCommand(prog cmdline.Program) *cobra.Command {
 		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cmd.AddCommand(newShardsCreateCommand(prog), newShardsApplyCommand(prog),
-		newShardsListCommand(prog), newShardsUnassignCommand(prog), newShardsRecoverCommand(prog), newShardsResetCommand(prog), newShardsAcceptSourceCommand(prog),
+		newShardsListCommand(prog), newShardsUnassignCommand(prog), newShardsRecoverCommand(prog), newShardsResetCommand(prog), newShardsAcceptSourceCommand(prog), newShardsOutputsCommand(prog),
 		newShardsDeleteCommand(prog))
 	return cmd
 }

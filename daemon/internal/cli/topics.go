@@ -169,7 +169,7 @@ func newTopicsDeleteCommand(prog cmdline.Program) *cobra.Command {
 	var force bool
 	cmd := &cobra.Command{
 		Use:   "delete --name T [--force]",
-		Short: "Delete topic T and every message stored in it (refused while a shard reads T, unless --force)",
+		Short: "Delete topic T and every message stored in it (refused while a shard reads or publishes to T, unless --force)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := ident.Check(name); err != nil {
@@ -198,6 +198,10 @@ func newTopicsDeleteCommand(prog cmdline.Program) *cobra.Command {
 				return fmt.Errorf("topic %s is read by %d shard(s) (%s); delete those shards first, or give --force (their primaries then fail to read it)",
 					name, len(readers), strings.Join(firstN(readers, 5), ", "))
 			}
+			if pubs := cluster.Publishers(shard.Specs(snap), prog.AppMap(), name); len(pubs) > 0 && !force {
+				return fmt.Errorf("topic %s is published to by %d shard(s) (%s); delete those shards first, or give --force (they then go FAILED with their outputs to %s unpublished)",
+					name, len(pubs), strings.Join(firstN(pubs, 5), ", "), name)
+			}
 			opener, err := cf.OpenWAL(hclog.NewNullLogger(), 0)
 			if err != nil {
 				return err
@@ -223,7 +227,7 @@ func newTopicsDeleteCommand(prog cmdline.Program) *cobra.Command {
 	}
 	cf.Bind(cmd.Flags())
 	cmd.Flags().StringVar(&name, "name", "", "topic to delete (required)")
-	cmd.Flags().BoolVar(&force, "force", false, "delete even while shards read the topic")
+	cmd.Flags().BoolVar(&force, "force", false, "delete even while shards read or publish to the topic")
 	_ = cmd.MarkFlagRequired("name")
 	return cmd
 }

@@ -61,32 +61,9 @@ func AcceptSources(ctx context.Context, cli *clientv3.Client, prefix string, sna
 		}
 	}
 	next.SourceResets = append(next.SourceResets, resets...)
-	if err := next.Validate(); err != nil {
+	replicas, err := replaceAndUnassign(ctx, cli, prefix, snap, info, &next, "accepting the sources")
+	if err != nil {
 		return err
-	}
-	raw, err := json.Marshal(&next)
-	if err != nil {
-		return fmt.Errorf("encoding shard %s: %w", id, err)
-	}
-	key := allocator.ItemKey(prefix, id)
-	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", info.ModRevision)}
-	ops := []clientv3.Op{clientv3.OpPut(key, string(raw))}
-	var replicas int
-	for _, a := range append(append([]allocator.Assignment(nil), snap.Assignments...), snap.Undecodable...) {
-		if a.Item != id {
-			continue
-		}
-		ak := allocator.AssignmentKey(prefix, a)
-		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(ak), "=", a.ModRevision))
-		ops = append(ops, clientv3.OpDelete(ak))
-		replicas++
-	}
-	resp, err := cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
-	if err != nil {
-		return fmt.Errorf("accepting the sources of shard %s: %w", id, err)
-	}
-	if !resp.Succeeded {
-		return fmt.Errorf("shard %s changed while accepting its sources (a failover?); nothing of it was written, try again", id)
 	}
 	for _, r := range resets {
 		fmt.Fprintf(out, "accept-source %s %s: reads after id %d (from %s) of incarnation %s, term %d\n",
@@ -104,4 +81,41 @@ func resetsSource(resets []shard.SourceReset, r shard.SourceReset) bool {
 		}
 	}
 	return false
+}
+
+// replaceAndUnassign writes next as the spec of its shard (info is the
+// spec's entry in snap) and deletes the shard's assignments, in one txn
+// guarded by the revisions snap read (what is the action, for errors): the
+// primary the leader assigns next starts from the new spec. It returns how
+// many replicas it unassigned.
+func replaceAndUnassign(ctx context.Context, cli *clientv3.Client, prefix string, snap allocator.Snapshot, info allocator.ItemInfo, next *shard.Spec, what string) (int, error) {
+	if err := next.Validate(); err != nil {
+		return 0, err
+	}
+	id := next.ID
+	raw, err := json.Marshal(next)
+	if err != nil {
+		return 0, fmt.Errorf("encoding shard %s: %w", id, err)
+	}
+	key := allocator.ItemKey(prefix, id)
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", info.ModRevision)}
+	ops := []clientv3.Op{clientv3.OpPut(key, string(raw))}
+	var replicas int
+	for _, a := range append(append([]allocator.Assignment(nil), snap.Assignments...), snap.Undecodable...) {
+		if a.Item != id {
+			continue
+		}
+		ak := allocator.AssignmentKey(prefix, a)
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(ak), "=", a.ModRevision))
+		ops = append(ops, clientv3.OpDelete(ak))
+		replicas++
+	}
+	resp, err := cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	if err != nil {
+		return 0, fmt.Errorf("%s of shard %s: %w", what, id, err)
+	}
+	if !resp.Succeeded {
+		return 0, fmt.Errorf("shard %s changed while %s (a failover?); nothing of it was written, try again", id, what)
+	}
+	return replicas, nil
 }

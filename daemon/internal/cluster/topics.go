@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -144,4 +145,16 @@ func EnsureApp(ctx context.Context, cli *clientv3.Client, root string, app shard
 	}
 	shards, err = ensureShards(ctx, cli, root, app, n)
 	return topics, shards, err
+}
+
+// Publishers are the shards whose app publishes to topic name (App.Outputs
+// of apps, the binary's apps by name), sorted as specs are.
+func Publishers(specs []*shard.Spec, apps map[string]shard.App, name string) []string {
+	var out []string
+	for _, s := range specs {
+		if slices.Contains(apps[s.App].Outputs, name) {
+			out = append(out, s.ID)
+		}
+	}
+	return out
 }

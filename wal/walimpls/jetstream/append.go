@@ -115,26 +115,6 @@ func (w *walImpl) failUnsent(cb func(message.MessageID, error), err error) {
 	cb(0, err)
 }
 
-// checkSize fails a message the server would refuse for its size.
-func (w *walImpl) checkSize(m *nats.Msg) error {
-	max := w.o.maxPayload.Load()
-	if max <= 0 {
-		return nil
-	}
-	// The common case without walking the header map once more (a cost paid
-	// per append): headers JetStream accepts cannot push a payload this
-	// small over max_payload; larger ones it refuses itself.
-	if int64(len(m.Data))+jsMaxHeaders <= max {
-		return nil
-	}
-	if total, hdr := wireSize(m); int64(total) > max {
-		return walimpls.Permanent(fmt.Errorf(
-			"jetstream: append to channel %q: message of %d bytes (payload %d + headers %d) exceeds the NATS server's max_payload of %d bytes",
-			w.n.channel, total, len(m.Data), hdr, max))
-	}
-	return nil
-}
-
 // jsMaxHeaders is the largest header block JetStream stores.
 const jsMaxHeaders = 64 << 10
 

@@ -144,7 +144,7 @@ func (w *walImpl) AppendBatch(ctx context.Context, b walimpls.Batch) (res walimp
 	}
 	seq, err := parsePubAck(reply)
 	if err != nil {
-		return res, w.batchErr(b, err)
+		return res, w.batchErr(ctx, b, err)
 	}
 	res.MarkerID = message.MessageID(seq)
 	if n := len(b.Messages); n > 0 && w.o.atomic {
@@ -238,14 +238,21 @@ const (
 )
 
 // batchErr maps the marker's error reply: the chain moved (ErrStaleChain);
-// a batch the server did not receive whole (retryable: resend it); any other
-// rejection of the request (permanent).
-func (w *walImpl) batchErr(b walimpls.Batch, err error) error {
+// a batch the server did not receive whole (retryable: resend it), unless a
+// message of it exceeds the stream's max_msg_size now (permanent); any
+// other rejection of the request (permanent).
+func (w *walImpl) batchErr(ctx context.Context, b walimpls.Batch, err error) error {
 	var apiErr *jetstream.APIError
 	switch {
 	case isWrongLastSeq(err):
 		return fmt.Errorf("jetstream: append batch to channel %q: chain %s does not end at %d: %w: %w", w.n.channel, b.Chain, b.After, walimpls.ErrStaleChain, err)
 	case errors.As(err, &apiErr) && (apiErr.ErrorCode == errCodeBatchIncomplete || apiErr.ErrorCode == errCodeBatchMissingSeq):
+		// The server drops a message of an atomic batch over the stream's
+		// max_msg_size and then finds the batch incomplete: a resend fails
+		// the same way, forever.
+		if lerr := w.recheckLimit(ctx, b, err); lerr != nil {
+			return lerr
+		}
 		return fmt.Errorf("jetstream: append batch to channel %q on %s: %w", w.n.channel, w.o.cfg.URL, err)
 	case errors.As(err, &apiErr) && apiErr.Code == http.StatusBadRequest:
 		return walimpls.Permanent(fmt.Errorf("jetstream: append batch to channel %q on %s: rejected: %w", w.n.channel, w.o.cfg.URL, err))

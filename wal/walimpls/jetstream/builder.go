@@ -141,7 +141,7 @@ type opener struct {
 	watchDone chan struct{} // closed when the watchdog has exited
 }
 
-// Open opens (creating if needed) the channel's stream and, for a term > 0,
+// Open opens (creating if needed, unless opt.NoCreate) the channel's stream and, for a term > 0,
 // fences lower terms (see the package doc).
 func (o *opener) Open(ctx context.Context, opt *walimpls.OpenOption) (_ walimpls.WALImpls, err error) {
 	if opt == nil {
@@ -162,7 +162,7 @@ func (o *opener) Open(ctx context.Context, opt *walimpls.OpenOption) (_ walimpls
 	// look-up RequestTimeout (ensureStream).
 	ctx, end := o.requestWithin(ctx, 3*o.cfg.AckTimeout)
 	defer end(&err)
-	st, err := o.ensureStream(ctx, n)
+	st, err := o.ensureStream(ctx, n, opt.NoCreate)
 	if err != nil {
 		return nil, err
 	}
@@ -184,8 +184,9 @@ func (o *opener) Open(ctx context.Context, opt *walimpls.OpenOption) (_ walimpls
 	return w, nil
 }
 
-// ensureStream looks up the channel's stream, creating it when missing.
-func (o *opener) ensureStream(ctx context.Context, n names) (jetstream.Stream, error) {
+// ensureStream looks up the channel's stream, creating it when missing
+// (unless noCreate: then a missing stream is walimpls.ErrNoChannel).
+func (o *opener) ensureStream(ctx context.Context, n names, noCreate bool) (jetstream.Stream, error) {
 	for attempt := 0; attempt < 3; attempt++ {
 		st, err := o.lookupStream(ctx, n)
 		if err == nil {
@@ -196,6 +197,9 @@ func (o *opener) ensureStream(ctx context.Context, n names) (jetstream.Stream, e
 		}
 		if !errors.Is(err, jetstream.ErrStreamNotFound) {
 			return nil, fmt.Errorf("jetstream: look up stream %s for channel %q on %s: %w", n.stream, n.channel, o.cfg.URL, err)
+		}
+		if noCreate {
+			return nil, fmt.Errorf("jetstream: channel %q: stream %s does not exist on %s: %w", n.channel, n.stream, o.cfg.URL, walimpls.ErrNoChannel)
 		}
 		storage := jetstream.FileStorage
 		if o.cfg.MemoryStorage {

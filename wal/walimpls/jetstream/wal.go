@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -34,6 +35,9 @@ type walImpl struct {
 	st   jetstream.Stream
 	term uint64
 	log  hclog.Logger
+	// maxMsgSize is the stream's max_msg_size when the WAL was opened or
+	// last re-read (<= 0: none); see limits.go.
+	maxMsgSize atomic.Int32
 
 	mu         sync.Mutex
 	closed     bool
@@ -64,7 +68,7 @@ var (
 )
 
 func newWAL(o *opener, n names, st jetstream.Stream, term uint64) *walImpl {
-	return &walImpl{
+	w := &walImpl{
 		o:        o,
 		n:        n,
 		st:       st,
@@ -75,6 +79,10 @@ func newWAL(o *opener, n names, st jetstream.Stream, term uint64) *walImpl {
 		kill:     make(chan struct{}),
 		slots:    make(chan struct{}, maxFencedInFlight),
 	}
+	if info := st.CachedInfo(); info != nil {
+		w.maxMsgSize.Store(info.Config.MaxMsgSize)
+	}
+	return w
 }
 
 // WALName is "jetstream".

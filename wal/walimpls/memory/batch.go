@@ -29,6 +29,11 @@ func (w *wal) AppendBatch(ctx context.Context, b walimpls.Batch) (walimpls.Batch
 	if len(b.Messages) > MaxBatch {
 		return walimpls.BatchResult{}, walimpls.Permanent(fmt.Errorf("memory: append batch to %q: %d messages, at most %d", w.ch.name, len(b.Messages), MaxBatch))
 	}
+	for i := range b.Messages {
+		if err := w.CheckMessage(&b.Messages[i]); err != nil {
+			return walimpls.BatchResult{}, fmt.Errorf("memory: append batch to %q: message %d: %w", w.ch.name, i, err)
+		}
+	}
 	hook := w.st.appendHook()
 	if hook != nil {
 		for i := range b.Messages {

@@ -115,19 +115,25 @@ type store struct {
 	hook        AppendHook
 	scan        ScanHook
 	shuffleSeed uint64
+	maxBytes    atomic.Int64 // SetMaxMessageBytes (0: none)
 }
 
-func (s *store) channel(name string) *channel {
+// channelIf is the channel named name, created when missing if create is
+// set (ok false: missing and not created).
+func (s *store) channelIf(name string, create bool) (_ *channel, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c, ok := s.channels[name]
+	if !ok && !create {
+		return nil, false
+	}
 	if !ok {
 		c = &channel{name: name, nextID: 1, firstID: 1, dedupe: make(map[string]message.MessageID),
 			markers: make(map[string]walimpls.Marker), notify: make(chan struct{}),
 			incarnation: fmt.Sprintf("memory-%d", incarnations.Add(1))}
 		s.channels[name] = c
 	}
-	return c
+	return c, true
 }
 
 func (s *store) appendHook() AppendHook {

@@ -31,7 +31,10 @@ func (o *opener) Open(ctx context.Context, opt *walimpls.OpenOption) (walimpls.W
 	if o.closed {
 		return nil, fmt.Errorf("memory: open %q: opener: %w", opt.Channel, walimpls.ErrClosed)
 	}
-	c := o.st.channel(opt.Channel)
+	c, ok := o.st.channelIf(opt.Channel, !opt.NoCreate)
+	if !ok {
+		return nil, fmt.Errorf("memory: open %q: %w", opt.Channel, walimpls.ErrNoChannel)
+	}
 	if opt.Term != 0 {
 		c.mu.Lock()
 		if opt.Term > c.term {

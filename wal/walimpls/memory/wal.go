@@ -107,6 +107,9 @@ func (w *wal) store(ctx context.Context, msg *message.MutableMessage) (stored bo
 			return false, 0, fmt.Errorf("memory: append to %q: %w", w.ch.name, err)
 		}
 	}
+	if err := w.CheckMessage(msg); err != nil {
+		return false, 0, err
+	}
 	id, err = w.ch.store(w.term, msg)
 	if err != nil {
 		return false, 0, err

@@ -45,6 +45,7 @@ func Run(t *testing.T, newBuilder func(t *testing.T) walimpls.OpenerBuilderImpls
 		{"LastIDAfterTruncate", testLastIDAfterTruncate},
 		{"Count", testCount},
 		{"RemoveChannel", testRemoveChannel},
+		{"NoCreate", testNoCreate},
 		{"Bounds", testBounds},
 		{"BatchChain", testBatchChain},
 		{"BatchRace", testBatchRace},
