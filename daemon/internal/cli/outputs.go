@@ -98,6 +98,10 @@ func (f *outputsFlags) run(cmd *cobra.Command, prog cmdline.Program) error {
 		return err
 	}
 	if f.drop == "" {
+		if len(rep.Pending) > 0 && primaryRunning(snap, f.shardID) {
+			fmt.Fprintf(cmd.ErrOrStderr(), "note: shard %s's primary is running: it records what it published with its next commit, "+
+				"so the newest outputs listed may be out already; an output that cannot be published fails the shard with the reason\n", f.shardID)
+		}
 		if f.output == "json" {
 			return json.NewEncoder(cmd.OutOrStdout()).Encode(rep.Pending)
 		}
@@ -186,4 +190,14 @@ func writeOutputs(w io.Writer, pending []shard.PendingOutput) error {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%q\n", p.Ref(), p.Topic, p.Partition, p.Bytes, p.Key)
 	}
 	return tw.Flush()
+}
+
+// primaryRunning reports whether shard id has a PRIMARY replica in slot 0.
+func primaryRunning(snap allocator.Snapshot, id string) bool {
+	for _, a := range snap.Assignments {
+		if a.Item == id && a.Slot == 0 && a.Status.State == allocator.StatePrimary {
+			return true
+		}
+	}
+	return false
 }
