@@ -45,13 +45,9 @@ func containsSource(srcs []shard.Source, s shard.Source) bool {
 // txn (see `shards accept-source`): the primary the leader assigns next
 // applies them. Each reset's Term must be above every term so far.
 func AcceptSources(ctx context.Context, cli *clientv3.Client, prefix string, snap allocator.Snapshot, id string, resets []shard.SourceReset, out io.Writer) error {
-	info, ok := snap.Items[id]
-	spec, isSpec := info.Item.(*shard.Spec)
-	if !ok || !isSpec || spec == nil {
-		if err := ShardExists(snap, id); err != nil {
-			return err
-		}
-		return fmt.Errorf("--shard: the spec of %s does not decode (%s): write a valid one with 'consumerd shards apply' first", id, snap.InvalidItems[id])
+	info, spec, err := shardSpec(snap, id)
+	if err != nil {
+		return err
 	}
 	next := *spec
 	next.SourceResets = nil
@@ -118,4 +114,19 @@ func replaceAndUnassign(ctx context.Context, cli *clientv3.Client, prefix string
 		return 0, fmt.Errorf("shard %s changed while %s (a failover?); nothing of it was written, try again", id, what)
 	}
 	return replicas, nil
+}
+
+// shardSpec is shard id's item and decoded spec in snap: an error naming
+// the shard when it does not exist or its spec does not decode (the
+// commands that rewrite a spec cannot start from one).
+func shardSpec(snap allocator.Snapshot, id string) (allocator.ItemInfo, *shard.Spec, error) {
+	info, ok := snap.Items[id]
+	spec, isSpec := info.Item.(*shard.Spec)
+	if !ok || !isSpec || spec == nil {
+		if err := ShardExists(snap, id); err != nil {
+			return info, nil, err
+		}
+		return info, nil, fmt.Errorf("--shard: the spec of %s does not decode (%s): write a valid one with 'consumerd shards apply' first", id, snap.InvalidItems[id])
+	}
+	return info, spec, nil
 }

@@ -16,13 +16,9 @@ import (
 // assigns next applies it before it publishes. drop.Term must be above
 // every term so far.
 func DropOutput(ctx context.Context, cli *clientv3.Client, prefix string, snap allocator.Snapshot, id string, drop shard.OutputDrop, out io.Writer) error {
-	info, ok := snap.Items[id]
-	spec, isSpec := info.Item.(*shard.Spec)
-	if !ok || !isSpec || spec == nil {
-		if err := ShardExists(snap, id); err != nil {
-			return err
-		}
-		return fmt.Errorf("--shard: the spec of %s does not decode (%s): write a valid one with 'consumerd shards apply' first", id, snap.InvalidItems[id])
+	info, spec, err := shardSpec(snap, id)
+	if err != nil {
+		return err
 	}
 	next := *spec
 	next.OutputDrops = append(append([]shard.OutputDrop(nil), spec.OutputDrops...), drop)

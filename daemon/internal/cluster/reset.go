@@ -37,13 +37,9 @@ func LostLogShards(snap allocator.Snapshot) []string {
 
 // ResetShard resets shard id in one guarded txn (see the command's help).
 func ResetShard(ctx context.Context, cli *clientv3.Client, prefix string, snap allocator.Snapshot, base int64, id string, out io.Writer) error {
-	info, ok := snap.Items[id]
-	spec, isSpec := info.Item.(*shard.Spec)
-	if !ok || !isSpec || spec == nil {
-		if err := ShardExists(snap, id); err != nil {
-			return err
-		}
-		return fmt.Errorf("--shard: the spec of %s does not decode (%s): write a valid one with 'consumerd shards apply' first", id, snap.InvalidItems[id])
+	info, spec, err := shardSpec(snap, id)
+	if err != nil {
+		return err
 	}
 	// Every term so far is the term base plus a slot-0 key's CreateRevision,
 	// at most snap.Revision; every later one is above this txn's revision
