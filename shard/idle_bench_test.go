@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"runtime/pprof"
 	"strconv"
@@ -237,4 +238,23 @@ func dumpIdleProfile(t *testing.T, path string) {
 	if err := pprof.Lookup("goroutine").WriteTo(f, 1); err != nil {
 		t.Fatal(err)
 	}
+	// Then what each open fd is, its shard's name taken out.
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]int{}
+	for _, fd := range fds {
+		target, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name()))
+		if err != nil {
+			continue // closed meanwhile
+		}
+		kinds[idleFdName.ReplaceAllString(target, "idle-*")]++
+	}
+	for k, n := range kinds {
+		fmt.Fprintf(f, "fd %d %s\n", n, k)
+	}
 }
+
+// idleFdName is a shard's name in a path.
+var idleFdName = regexp.MustCompile(`idle-[0-9]{4}`)
