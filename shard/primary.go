@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/linxGnu/grocksdb"
 
@@ -215,8 +214,9 @@ func (r *replica) initShard(consumer Consumer, sh *primaryShard) (halt func(), e
 	}, nil
 }
 
-// startLag starts the primary's lag tracker from where the sources start;
-// stop ends its goroutine and waits for it.
+// startLag starts the primary's lag tracker from where the sources start
+// and registers it with the service's lag refresher; stop unregisters it
+// (no refresh of it runs once stop returned).
 func (r *replica) startLag(ctx context.Context, sources []*source) (lt *lagTracker, stop func()) {
 	committed := make(map[string]message.MessageID, len(sources))
 	for _, s := range sources {
@@ -224,14 +224,7 @@ func (r *replica) startLag(ctx context.Context, sources []*source) (lt *lagTrack
 	}
 	lt = &lagTracker{r: r, sources: sources, committed: committed}
 	lt.refresh(ctx)
-	var wg sync.WaitGroup
-	lagCtx, cancel := context.WithCancel(ctx)
-	wg.Add(1)
-	go func() { // owned here: stopped by stop
-		defer wg.Done()
-		lt.run(lagCtx, r.svc.cfg.LagInterval)
-	}()
-	return lt, func() { cancel(); wg.Wait() }
+	return lt, r.svc.lags.add(ctx, lt)
 }
 
 // serveQueries makes q the shard queries read (nil: none).
