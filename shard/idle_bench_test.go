@@ -197,8 +197,20 @@ func TestIdleBenchChild(t *testing.T) {
 	})
 	ready := time.Since(start)
 	loaded := takeIdleSample(t)
-	// The idle window: nothing arrives; what runs is what idle shards cost.
+	// The idle window: nothing arrives; what runs is what idle shards cost
+	// (CONSUMERD_IDLEBENCH_CPUPROF=FILE profiles it).
+	if path := os.Getenv("CONSUMERD_IDLEBENCH_CPUPROF"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			t.Fatal(err)
+		}
+	}
 	time.Sleep(idleBenchWindow)
+	pprof.StopCPUProfile() // a no-op when none runs
 	after := takeIdleSample(t)
 	fmt.Printf("%sready_s=%.3f rss_mb_per_shard=%.4f fds_per_shard=%.3f goroutines_per_shard=%.3f idle_cpu_ms_per_shard_s=%.4f\n",
 		idleBenchPrefix, ready.Seconds(),
