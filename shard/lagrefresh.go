@@ -9,7 +9,10 @@ import (
 // lagRefresher refreshes the lag of every primary of a service from one
 // goroutine and one ticker, the service's (Service.Run starts it): an idle
 // primary holds no goroutine or timer of its own for its lag. Each tick
-// refreshes the trackers registered then, one after the other.
+// refreshes the trackers registered then, one after the other, so a source
+// that does not answer (each question is bounded by 5 s, see
+// lagTracker.refresh) delays the others' refresh by as much; a tick that
+// comes during a sweep is dropped (time.Ticker), not queued.
 type lagRefresher struct {
 	mu       sync.Mutex
 	trackers map[*lagTracker]*lagEntry
