@@ -59,6 +59,10 @@ type drainer struct {
 	gaugeMu   sync.Mutex    // setGauge
 	done      chan struct{}
 	err       error // why run stopped early (a permanent failure), read after done
+	// launch starts run (startLazily); started runs it once, at the first
+	// enqueue, or ends the never started drainer in stopRun.
+	launch  func()
+	started sync.Once
 
 	// Chain workers (drainchains.go): workers, wctx and wcancel belong to
 	// the dispatching goroutine; gmu guards inflight.
@@ -143,8 +147,36 @@ func (d *drainer) setGauge() {
 	d.gauge.Set(float64(k - min(k, p)))
 }
 
+// startLazily arranges for run(ctx, b) to start at the first enqueue
+// (startRun), not now: a primary that commits no output holds no drainer
+// goroutine. A backlog is the caller's to start at once (startRun).
+// enqueue, startRun and stopRun are the transaction loop's goroutine's.
+func (d *drainer) startLazily(ctx context.Context, b backlog) {
+	d.launch = func() { go d.run(ctx, b) } // owned by the primary: ended by ctx, waited by stopRun
+}
+
+// startRun starts run unless it started already.
+func (d *drainer) startRun() {
+	d.started.Do(func() {
+		if d.launch != nil {
+			d.launch()
+		}
+	})
+}
+
+// stopRun waits for run to end, its context done; a drainer whose run
+// never started is shut down here instead (chains prepare opened closed).
+func (d *drainer) stopRun() {
+	d.started.Do(func() {
+		d.shutdown()
+		close(d.done)
+	})
+	<-d.done
+}
+
 // enqueue hands a committed transaction to the drainer, waiting for room.
 func (d *drainer) enqueue(ctx context.Context, t *outTxn) error {
+	d.startRun()
 	if t.txn > d.known.Load() {
 		d.known.Store(t.txn)
 		d.setGauge()

@@ -114,16 +114,3 @@ func (l *lagTracker) publish(behind []string) {
 	l.r.offsets = offsets
 	l.r.mu.Unlock()
 }
-
-func (l *lagTracker) run(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			l.refresh(ctx)
-		}
-	}
-}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/linxGnu/grocksdb"
 
@@ -215,8 +214,9 @@ func (r *replica) initShard(consumer Consumer, sh *primaryShard) (halt func(), e
 	}, nil
 }
 
-// startLag starts the primary's lag tracker from where the sources start;
-// stop ends its goroutine and waits for it.
+// startLag starts the primary's lag tracker from where the sources start
+// and registers it with the service's lag refresher; stop unregisters it
+// (no refresh of it runs once stop returned).
 func (r *replica) startLag(ctx context.Context, sources []*source) (lt *lagTracker, stop func()) {
 	committed := make(map[string]message.MessageID, len(sources))
 	for _, s := range sources {
@@ -224,14 +224,7 @@ func (r *replica) startLag(ctx context.Context, sources []*source) (lt *lagTrack
 	}
 	lt = &lagTracker{r: r, sources: sources, committed: committed}
 	lt.refresh(ctx)
-	var wg sync.WaitGroup
-	lagCtx, cancel := context.WithCancel(ctx)
-	wg.Add(1)
-	go func() { // owned here: stopped by stop
-		defer wg.Done()
-		lt.run(lagCtx, r.svc.cfg.LagInterval)
-	}()
-	return lt, func() { cancel(); wg.Wait() }
+	return lt, r.svc.lags.add(ctx, lt)
 }
 
 // serveQueries makes q the shard queries read (nil: none).
@@ -249,9 +242,10 @@ type primaryOutputs struct {
 	cancel    context.CancelFunc
 }
 
-// startOutputs starts the drainer: what earlier primaries committed is
+// startOutputs makes the drainer: what earlier primaries committed is
 // published first, a page at a time, then what this one commits
-// (drain.go). The publisher vets each output partition with the drainer
+// (drain.go). Its goroutine starts at once when there is such a backlog,
+// else with the first transaction that has outputs. The publisher vets each output partition with the drainer
 // before it first stages to it (outcheck.go).
 func (r *replica) startOutputs(ctx context.Context, sdb *shardDB, sh *primaryShard) (*primaryOutputs, error) {
 	ob, err := loadOutboxState(sdb.db, sdb.ro)
@@ -276,9 +270,10 @@ func (r *replica) startOutputs(ctx context.Context, sdb *shardDB, sh *primarySha
 		limits: &outputLimits{opener: opener}}
 	drainCtx, cancel := context.WithCancel(ctx)
 	o.cancel = cancel
-	go o.drain.run(drainCtx, newOutboxBacklog(sdb.db, sdb.ro, &ob)) // owned here: ended by stop
+	o.drain.startLazily(drainCtx, newOutboxBacklog(sdb.db, sdb.ro, &ob))
 	if ob.last > ob.published {
 		r.logger.Info("publishing outputs committed by an earlier primary", "from_txn", ob.published+1, "to_txn", ob.last)
+		o.drain.startRun()
 	}
 	return o, nil
 }
@@ -286,7 +281,7 @@ func (r *replica) startOutputs(ctx context.Context, sdb *shardDB, sh *primarySha
 // stop ends the drainer and waits for it.
 func (o *primaryOutputs) stop() {
 	o.cancel()
-	<-o.drain.done
+	o.drain.stopRun()
 	metricUnpublished.DeleteLabelValues(o.drain.shard)
 }
 

@@ -116,6 +116,7 @@ type Service struct {
 	cfg    Config
 	logger hclog.Logger
 	clock  clock // what primaries' transaction loops and drainers time with
+	lags   *lagRefresher
 
 	mu       sync.Mutex
 	replicas map[string]*replica
@@ -137,7 +138,7 @@ func NewService(cfg Config) *Service {
 	if cfg.LagInterval <= 0 {
 		cfg.LagInterval = DefaultLagInterval
 	}
-	return &Service{cfg: cfg, logger: cfg.Logger.Named("shard"), clock: realClock{}, replicas: make(map[string]*replica), stopping: make(map[string]*replica)}
+	return &Service{cfg: cfg, logger: cfg.Logger.Named("shard"), clock: realClock{}, lags: newLagRefresher(), replicas: make(map[string]*replica), stopping: make(map[string]*replica)}
 }
 
 // Run follows the member's assignments until ctx is done (returns nil) or
@@ -163,6 +164,11 @@ func (s *Service) Run(ctx context.Context) error {
 	defer func() {
 		cancel()
 		s.stopAll()
+	}()
+	s.wg.Add(1)
+	go func() { // owned by Run: ends with ctx, waited by stopAll
+		defer s.wg.Done()
+		s.lags.run(ctx, s.cfg.LagInterval)
 	}()
 	for {
 		select {
