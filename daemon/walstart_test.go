@@ -80,3 +80,52 @@ func TestServeStopsWhileWaitingForTheWAL(t *testing.T) {
 		t.Errorf("serve did not say why it stopped; logs:\n%s", logs.String())
 	}
 }
+
+// TestServeWaitsForJetStreamQuorum: NATS answers but JetStream does not
+// yet — one server of a three-node cluster is up, so it has no meta leader
+// and JetStream requests time out (as in a chaos run's restart during an
+// election). serve must wait, saying so, and serve once the other two join;
+// a try's own timeout is not serve's context ending.
+func TestServeWaitsForJetStreamQuorum(t *testing.T) {
+	routes := []int{freeport.Port(t), freeport.Port(t), freeport.Port(t)}
+	var routeURLs []string
+	for _, p := range routes {
+		routeURLs = append(routeURLs, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
+	}
+	node := func(i int) *embednats.Server {
+		t.Helper()
+		ns, err := embednats.Start(embednats.Config{StoreDir: t.TempDir(), ServerName: fmt.Sprintf("n%d", i),
+			Cluster: &embednats.Cluster{Name: "c", Port: routes[i], Routes: routeURLs}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(ns.Shutdown)
+		return ns
+	}
+	first := node(0)
+	etcd := strings.Join(etcdtest.StartServer(t), ",")
+	addr := fmt.Sprintf("127.0.0.1:%d", freeport.Port(t))
+	logs, sigs, done := newWatchBuffer(), make(chan os.Signal, 2), make(chan int, 1)
+	go func() { // owned by the test: ends with the signal sent below
+		done <- Run(context.Background(), []string{"serve", "--etcd.endpoints", etcd, "--wal.url", first.URL(),
+			"--data-dir", t.TempDir(), "--http.addr", addr, "--member.id", "m1", "--snapshot.store", "none"},
+			Options{Apps: []shard.App{wordcount.App()}, Stderr: logs, Signals: sigs})
+	}()
+	defer func() {
+		sigs <- syscall.SIGTERM
+		if code := <-done; code != 0 {
+			t.Errorf("serve exited %d; logs:\n%s", code, logs.String())
+		}
+	}()
+	logs.waitFor(t, "serve to wait for JetStream twice (or exit)", func(s string) bool {
+		return strings.Count(s, "waiting for NATS JetStream to answer") >= 2 || len(done) > 0
+	})
+	if len(done) > 0 {
+		code := <-done
+		done <- code // for the deferred check
+		t.Fatalf("serve exited %d while JetStream had no quorum; logs:\n%s", code, logs.String())
+	}
+	node(1)
+	node(2)
+	logs.waitFor(t, "serve to serve", func(s string) bool { return strings.Contains(s, "serving") })
+}

@@ -54,6 +54,11 @@ type Call struct {
 	// OnRetry, if set, is called before each wait (for logs and metrics):
 	// attempt is the try that failed (1 for the first).
 	OnRetry func(attempt int, wait time.Duration, err error)
+	// RetryTimeouts retries an error that wraps context.DeadlineExceeded
+	// while ctx itself is not done — a try's own timeout, as a server that
+	// does not answer in time — when Retryable accepts it. Otherwise
+	// context errors end Do at once.
+	RetryTimeouts bool
 }
 
 // Do calls fn until it returns nil, returns an error that Call.Retryable
@@ -68,7 +73,8 @@ func (p Policy) Do(ctx context.Context, c Call, fn func() error) error {
 		if err == nil {
 			return nil
 		}
-		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		if errors.Is(err, context.Canceled) ||
+			errors.Is(err, context.DeadlineExceeded) && !(c.RetryTimeouts && ctx.Err() == nil) {
 			return err
 		}
 		if c.Retryable != nil && !c.Retryable(err) {

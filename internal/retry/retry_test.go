@@ -3,6 +3,7 @@ package retry
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -79,6 +80,25 @@ func TestDoStopsOnContextAndStop(t *testing.T) {
 	err = Policy{}.Do(context.Background(), Call{}, func() error { n++; return context.DeadlineExceeded })
 	if n != 1 || err != context.DeadlineExceeded {
 		t.Fatalf("fn's ctx error: Do = %v after %d calls", err, n)
+	}
+	// With RetryTimeouts, a try's own timeout is retried while ctx lives
+	// (and Retryable accepts it); cancellation still ends Do.
+	n = 0
+	timeout := fmt.Errorf("no answer yet: %w", context.DeadlineExceeded)
+	err = Policy{Initial: time.Millisecond}.Do(context.Background(), Call{RetryTimeouts: true},
+		func() error {
+			if n++; n < 3 {
+				return timeout
+			}
+			return nil
+		})
+	if n != 3 || err != nil {
+		t.Fatalf("RetryTimeouts: Do = %v after %d calls, want nil after 3", err, n)
+	}
+	n = 0
+	err = Policy{}.Do(context.Background(), Call{RetryTimeouts: true}, func() error { n++; return context.Canceled })
+	if n != 1 || err != context.Canceled {
+		t.Fatalf("RetryTimeouts, canceled: Do = %v after %d calls", err, n)
 	}
 }
 

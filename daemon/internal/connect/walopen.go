@@ -47,6 +47,10 @@ func OpenWALAtStart(ctx context.Context, url, namespace string, replicas int, se
 	var opener wal.Opener
 	err := retry.Policy{Initial: 500 * time.Millisecond, Max: 5 * time.Second}.Do(ctx, retry.Call{
 		Retryable: WALWorthWaitingFor,
+		// JetStream's answer is awaited with a timeout of its own: its
+		// DeadlineExceeded is the server not answering yet, not serve's
+		// context ending.
+		RetryTimeouts: true,
 		OnRetry: func(attempt int, wait time.Duration, err error) {
 			log.Warn("waiting for NATS JetStream to answer (not up yet, or a NATS cluster still electing its leader); retrying until it does or serve is stopped",
 				"url", url, "attempt", attempt, "backoff", wait, "error", err)
