@@ -61,9 +61,10 @@ func (b *Builder) Build() (walimpls.OpenerImpls, error) {
 	}
 	maxPayload.Store(nc.MaxPayload())
 	o := &opener{cfg: cfg, nc: nc, log: log, wals: map[*walImpl]struct{}{}, maxPayload: &maxPayload,
-		atomic:    AtomicBatchesIn(nc.ConnectedServerVersion()),
-		metadata:  versionAtLeast(nc.ConnectedServerVersion(), 2, 10),
-		stopWatch: make(chan struct{}), watchDone: make(chan struct{})}
+		batchSlots: make(chan struct{}, cfg.MaxBatchesInFlight),
+		atomic:     AtomicBatchesIn(nc.ConnectedServerVersion()),
+		metadata:   versionAtLeast(nc.ConnectedServerVersion(), 2, 10),
+		stopWatch:  make(chan struct{}), watchDone: make(chan struct{})}
 	self.Store(o)
 	if err := o.startFast(); err != nil {
 		nc.Close()
@@ -126,6 +127,9 @@ type opener struct {
 	truncMu sync.Mutex
 	// fast publishes every append on core NATS (see publish.go).
 	fast fastPub
+	// batchSlots holds a token per atomic batch in flight
+	// (Config.MaxBatchesInFlight).
+	batchSlots chan struct{}
 	// atomic: the server stores batches atomically (nats-server >= 2.12).
 	atomic bool
 	// metadata: the server keeps stream metadata (>= 2.10), where Truncate

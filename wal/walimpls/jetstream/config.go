@@ -48,6 +48,11 @@ type Config struct {
 	// MaxPending bounds unacknowledged appends per connection; further
 	// appends block (backpressure). Default 4000.
 	MaxPending int
+	// MaxBatchesInFlight bounds the atomic batches a connection has in
+	// flight; further batches wait for one to finish (see batch.go: the
+	// server's cost is per batch, and waiting is what lets each chain's
+	// next batch gather more). Default DefaultMaxBatchesInFlight.
+	MaxBatchesInFlight int
 	// ConnectTimeout bounds the initial connection. Default 5 s.
 	ConnectTimeout time.Duration
 	// ClientName names the connection on the server (monitoring). Default
@@ -93,6 +98,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxPending <= 0 {
 		c.MaxPending = 4000
+	}
+	if c.MaxBatchesInFlight <= 0 {
+		c.MaxBatchesInFlight = DefaultMaxBatchesInFlight
 	}
 	if c.ConnectTimeout <= 0 {
 		c.ConnectTimeout = 5 * time.Second
