@@ -60,7 +60,11 @@
 // batch (recoverylog.OffsetKey); and the batch is committed to the recovery
 // log (recoverylog.Recorder.Commit), then applied to RocksDB once the log
 // acknowledged it. The next transaction consumes while that commit is in
-// flight, but cannot close before it completed: two deep at most.
+// flight, but cannot close before it completed: two deep at most. The
+// member's primaries share a commit gate (Config.CommitsInFlight, commitgate.go):
+// a transaction that may close while every slot is taken goes on consuming
+// until one is free, so many busy primaries commit fewer, larger
+// transactions than they would alone.
 //
 // State and offsets change together, and only log-acknowledged Txn records
 // count, so after any crash the next primary resumes exactly where the

@@ -224,7 +224,7 @@ func TestIdleBenchChild(t *testing.T) {
 }
 
 // countPrimaries is how many assignments' status in etcd is PRIMARY.
-func countPrimaries(t *testing.T, e *shardtest.Cluster) int {
+func countPrimaries(t testing.TB, e *shardtest.Cluster) int {
 	resp, err := e.Client.Get(context.Background(), e.Prefix+"/assign/", clientv3.WithPrefix())
 	if err != nil {
 		t.Fatal(err)

@@ -87,7 +87,7 @@ func (r *replica) runPrimary(ctx context.Context, sdb *shardDB, consumer Consume
 	clk := r.svc.clock
 	loop := &txnLoop{
 		r: r, sh: sh, consumer: consumer, rec: rec, pub: outs.pub, drain: outs.drain, recorded: outs.published,
-		clock: clk, core: txnCore{clock: clk},
+		clock: clk, core: txnCore{clock: clk}, gate: r.svc.commits,
 		in: srcs.in, stopped: srcs.stopped, lag: lt, sources: srcs.byChannel(),
 		maxBytes: r.svc.cfg.TxnMaxBytes, maxMessages: r.svc.cfg.TxnMaxMessages,
 	}

@@ -55,6 +55,9 @@ type Config struct {
 	// LagInterval is how often primaries refresh source lag (zero:
 	// DefaultLagInterval).
 	LagInterval time.Duration
+	// CommitsInFlight bounds the transactions the service's primaries
+	// commit at once (zero: DefaultCommitsInFlight; see commitGate).
+	CommitsInFlight int
 	// Logger receives structured logs (nil: discard).
 	Logger hclog.Logger
 	// Snapshots, when set, enable snapshots, restore from them and
@@ -117,6 +120,8 @@ type Service struct {
 	logger hclog.Logger
 	clock  clock // what primaries' transaction loops and drainers time with
 	lags   *lagRefresher
+	// commits is shared by the primaries' transaction loops.
+	commits *commitGate
 
 	mu       sync.Mutex
 	replicas map[string]*replica
@@ -138,7 +143,11 @@ func NewService(cfg Config) *Service {
 	if cfg.LagInterval <= 0 {
 		cfg.LagInterval = DefaultLagInterval
 	}
-	return &Service{cfg: cfg, logger: cfg.Logger.Named("shard"), clock: realClock{}, lags: newLagRefresher(), replicas: make(map[string]*replica), stopping: make(map[string]*replica)}
+	if cfg.CommitsInFlight <= 0 {
+		cfg.CommitsInFlight = DefaultCommitsInFlight
+	}
+	return &Service{cfg: cfg, logger: cfg.Logger.Named("shard"), clock: realClock{}, lags: newLagRefresher(),
+		commits: newCommitGate(cfg.CommitsInFlight), replicas: make(map[string]*replica), stopping: make(map[string]*replica)}
 }
 
 // Run follows the member's assignments until ctx is done (returns nil) or

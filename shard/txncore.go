@@ -154,6 +154,11 @@ func (c *txnCore) maxC() <-chan time.Time {
 	return c.maxT.C()
 }
 
+// full reports that the open transaction consumes no more.
+func (c *txnCore) full() bool {
+	return c.open && c.pol.full(c.clock.Now().Sub(c.opened), c.bytes, c.messages)
+}
+
 // next decides what the loop does next.
 func (c *txnCore) next() txnAction {
 	if !c.open {

@@ -25,6 +25,7 @@ type pendingTxn struct {
 	offsets  map[string]message.MessageID
 	opened   time.Time
 	messages int
+	slot     *commitSlot // its slot of the member's commit gate
 }
 
 // txnLoop is a primary's transaction loop: it does what its txnCore
@@ -49,6 +50,7 @@ type txnLoop struct {
 
 	core txnCore
 	prev *pendingTxn
+	gate *commitGate // the member's
 
 	// metric children, resolved once
 	mMessages, mBytes, mTxns prometheus.Counter
@@ -67,6 +69,7 @@ func (l *txnLoop) prevDone() <-chan struct{} {
 func (l *txnLoop) finishPrev() error {
 	p := l.prev
 	l.prev = nil
+	p.slot.release()
 	l.core.prevDone()
 	// Apply writes the batch to the DB here, on the loop's goroutine, before
 	// its overlay goes: Get never misses the transaction's writes.
@@ -127,6 +130,11 @@ func (l *txnLoop) run(ctx context.Context) error {
 	l.mBytes = metricBytes.WithLabelValues(l.r.id)
 	l.mTxns = metricTransactions.WithLabelValues(l.r.id)
 	defer l.core.stopTimers()
+	defer func() {
+		if l.prev != nil {
+			l.prev.slot.release()
+		}
+	}()
 	for {
 		var err error
 		switch l.core.next() {
@@ -144,7 +152,11 @@ func (l *txnLoop) run(ctx context.Context) error {
 		case txnWaitPrev:
 			err = l.waitPrev(ctx)
 		case txnCommit:
-			err = l.commit(ctx)
+			if slot, ok := l.gate.tryAcquire(); ok {
+				err = l.commit(ctx, slot)
+			} else {
+				err = l.waitSlot(ctx)
+			}
 		}
 		if err != nil {
 			return err
@@ -214,9 +226,35 @@ func (l *txnLoop) waitPrev(ctx context.Context) error {
 	}
 }
 
+// waitSlot waits, the open transaction ready to close, for a slot of the
+// member's commit gate — consuming meanwhile while the transaction is not
+// full — or the end.
+func (l *txnLoop) waitSlot(ctx context.Context) error {
+	in := l.in
+	if l.core.full() {
+		in = nil
+	}
+	select {
+	case l.gate.wait() <- struct{}{}:
+		return l.commit(ctx, l.gate.held())
+	case m := <-in:
+		return l.consume(m)
+	case <-ctx.Done():
+		return ctx.Err()
+	case src := <-l.stopped:
+		return l.sourceStopped(src)
+	}
+}
+
 // commit flushes the open transaction, adds the source offsets to its batch
-// and starts its commit. The previous commit is done (txnCore saw to it).
-func (l *txnLoop) commit(ctx context.Context) error {
+// and starts its commit, which holds slot. The previous commit is done
+// (txnCore saw to it).
+func (l *txnLoop) commit(ctx context.Context, slot *commitSlot) (err error) {
+	defer func() {
+		if err != nil {
+			slot.release() // no commit started
+		}
+	}()
 	if err := safeCall("Flush", func() error { return l.consumer.Flush(l.sh, l.pub) }); err != nil {
 		return l.pubErr(err)
 	}
@@ -245,7 +283,7 @@ func (l *txnLoop) commit(ctx context.Context) error {
 	}
 	// The recorder copies the batch: it is reused for the next transaction.
 	c := l.rec.Commit(ctx, batch)
-	l.prev = &pendingTxn{commit: c, out: out, ov: ov, offsets: l.offsets, opened: l.core.opened, messages: l.core.messages}
+	l.prev = &pendingTxn{commit: c, out: out, ov: ov, offsets: l.offsets, opened: l.core.opened, messages: l.core.messages, slot: slot}
 	l.core.closed()
 	l.sh.inflight = append(l.sh.inflight, ov)
 	batch.Clear()
