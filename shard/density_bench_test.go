@@ -7,6 +7,7 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/consumerd/consumerd/shard/rocksmem"
 	"github.com/consumerd/consumerd/shard/shardtest"
 	"github.com/consumerd/consumerd/topic"
+	"github.com/consumerd/consumerd/wal"
 	"github.com/consumerd/consumerd/wal/message"
 	"github.com/consumerd/consumerd/wal/walimpls/jetstream"
 )
@@ -43,7 +45,7 @@ const (
 
 // BenchmarkShardsDensity prints
 //
-//	BENCH shards.density shards=256 base_shards=4 lines=N rounds=K rate= base_rate= ratio= min= max=
+//	BENCH shards.density shards=256 base_shards=4 lines=N rounds=K rate= base_rate= ratio= raw_rate= raw_base_rate= raw_ratio= min= max=
 //
 // The same work — N lines, each a token of its own, published to tally's
 // input topic while the member consumes — on a member whose tally app has
@@ -53,6 +55,9 @@ const (
 // exactly once. ratio is rate over base_rate, measured in the same round
 // (each side on a fresh nats-server, etcd and member); 1 means the
 // member's throughput does not depend on how many shards share it.
+// raw_ratio is the same comparison for the engine alone (rawDensityRound:
+// the lines copied partition to partition by WAL scanners and appends):
+// what spreading the work over more streams costs the server itself.
 // CONSUMERD_BENCH_DENSITY_CPUPROF=FILE profiles the dense side of the last
 // round.
 func BenchmarkShardsDensity(b *testing.B) {
@@ -81,9 +86,13 @@ func BenchmarkShardsDensity(b *testing.B) {
 			prof = os.Getenv("CONSUMERD_BENCH_DENSITY_CPUPROF")
 		}
 		rate := densityRound(b, n, prof)
+		rawBase := rawDensityRound(b, densityBenchBase)
+		raw := rawDensityRound(b, n)
 		return []benchround.Figure{
 			benchround.F("rate", rate, 0), benchround.F("base_rate", base, 0),
 			benchround.F("ratio", rate/base, 2),
+			benchround.F("raw_rate", raw, 0), benchround.F("raw_base_rate", rawBase, 0),
+			benchround.F("raw_ratio", raw/rawBase, 2),
 		}
 	})
 }
@@ -144,6 +153,63 @@ func densityRound(b *testing.B, n int, cpuprof string) float64 {
 			e.CountTopic(topic.Description{Name: pipeline.Totals, Partitions: n}), densityBenchLines+densityBenchWarmup*n)
 	}
 	return densityBenchLines / elapsed.Seconds()
+}
+
+// rawDensityRound is the engine's share of the workload, for n partitions:
+// the same lines published the same way, each partition read by a WAL
+// scanner whose every message is appended to the same partition of an
+// output topic (at least once: no state, no transactions, no recovery log,
+// no atomic batches). It returns lines per second from the first publish
+// until every line's append is acknowledged.
+func rawDensityRound(b *testing.B, n int) float64 {
+	sc := benchround.NewScope(b)
+	defer sc.Close()
+	e := shardtest.NewCluster(sc, jetstream.NewBuilder(jetstream.Config{URL: natstest.Start(sc)}))
+	in := topic.Description{Name: "raw-in", Partitions: n}
+	ctx, cancel := context.WithCancel(context.Background())
+	var acked atomic.Int64
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	for p := 0; p < n; p++ {
+		src, err := e.Opener.Open(ctx, &wal.OpenOption{Channel: topic.ChannelName(in.Name, p)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		out, err := e.Opener.Open(ctx, &wal.OpenOption{Channel: topic.ChannelName("raw-out", p)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		scn, err := src.Read(ctx, wal.ReadOption{DeliverPolicy: wal.DeliverAll()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		wg.Add(1)
+		go func() { // stopped by cancel: its scanner's channel closes
+			defer wg.Done()
+			defer src.Close()
+			defer out.Close()
+			defer scn.Close()
+			for msg := range scn.Chan() {
+				out.AppendAsync(ctx, message.MutableMessage{Key: msg.Key, Payload: msg.Payload}, func(_ *wal.AppendResult, err error) {
+					if err == nil {
+						acked.Add(1)
+					}
+				})
+			}
+		}()
+	}
+	wait := func(want int64) {
+		waitfor.Every(b, 100*time.Millisecond, 10*time.Minute, "every raw line copied", func() (bool, string) {
+			a := acked.Load()
+			return a >= want, fmt.Sprintf("%d of %d copied", a, want)
+		})
+	}
+	densityPublish(b, e, in, "warm", densityBenchWarmup*n)
+	wait(int64(densityBenchWarmup * n))
+	start := time.Now()
+	densityPublish(b, e, in, "tok", densityBenchLines)
+	wait(int64(densityBenchWarmup*n + densityBenchLines))
+	return densityBenchLines / time.Since(start).Seconds()
 }
 
 // densityDone waits until lines more lines than consumed0 were consumed
