@@ -36,7 +36,7 @@ const (
 	idleBenchDefaultShards = 200
 	idleBenchShardsEnv     = "CONSUMERD_BENCH_IDLE_SHARDS"
 	idleBenchBudget        = 256 << 20
-	idleBenchWindow        = 3 * time.Second
+	idleBenchWindow        = 10 * time.Second // one idle lag refresh cycle (idleLagTicks × 1 s)
 	// idleBenchChildEnv makes the test binary the idle benchmark's child
 	// (its value is the shard count), with the nats-server binary at
 	// idleBenchNatsEnv.
@@ -209,8 +209,11 @@ func TestIdleBenchChild(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	allocProf := os.Getenv("CONSUMERD_IDLEBENCH_ALLOCPROF")
+	writeAllocs(t, allocProf, ".before")
 	time.Sleep(idleBenchWindow)
 	pprof.StopCPUProfile() // a no-op when none runs
+	writeAllocs(t, allocProf, ".after")
 	after := takeIdleSample(t)
 	fmt.Printf("%sready_s=%.3f rss_mb_per_shard=%.4f fds_per_shard=%.3f goroutines_per_shard=%.3f idle_cpu_ms_per_shard_s=%.4f\n",
 		idleBenchPrefix, ready.Seconds(),
@@ -220,6 +223,25 @@ func TestIdleBenchChild(t *testing.T) {
 		float64((after.cpu-loaded.cpu).Microseconds())/1e3/idleBenchWindow.Seconds()/float64(n))
 	if os.Getenv("CONSUMERD_IDLEBENCH_PPROF") != "" {
 		dumpIdleProfile(t, os.Getenv("CONSUMERD_IDLEBENCH_PPROF"))
+	}
+}
+
+// writeAllocs writes the process's allocation profile so far to
+// path+suffix (nothing when path is empty): the idle window's allocations
+// are the difference of the two (go tool pprof -diff_base FILE.before
+// FILE.after).
+func writeAllocs(t *testing.T, path, suffix string) {
+	if path == "" {
+		return
+	}
+	runtime.GC() // the profile is as of the last collection
+	f, err := os.Create(path + suffix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -3,6 +3,7 @@ package shard
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/consumerd/consumerd/wal/message"
@@ -22,9 +23,13 @@ type lagTracker struct {
 	committed map[string]message.MessageID
 	last      map[string]message.MessageID
 	warned    map[string]bool // channels whose loss was logged
+	// active: a commit since the last refresh (lagRefresher asks an idle
+	// primary's sources less often).
+	active atomic.Bool
 }
 
 func (l *lagTracker) commit(offsets map[string]message.MessageID) {
+	l.active.Store(true)
 	l.mu.Lock()
 	for k, v := range offsets {
 		l.committed[k] = v

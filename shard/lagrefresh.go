@@ -18,13 +18,26 @@ type lagRefresher struct {
 	trackers map[*lagTracker]*lagEntry
 }
 
+// idleLagTicks: a primary that committed nothing since its lag was last
+// refreshed is refreshed every idleLagTicks ticks only (10 s by default),
+// not at every tick. Its lag moves only when its sources get messages —
+// which its scanners deliver and it commits, making it due at the next
+// tick — or when a scanner stalls or a source loses messages (the
+// verifying scanner stops on a loss it sees; this refresh is the backstop).
+// A second of lag freshness is not worth a question per idle source per
+// second: with 1,000 idle shards that was most of a member's idle CPU and
+// a thousand stream look-ups a second on the server.
+const idleLagTicks = 10
+
 // lagEntry is one registered tracker: ctx is its primary's (it bounds a
 // refresh), and run is held while it is refreshed, so that unregistering
-// waits for a refresh in flight.
+// waits for a refresh in flight. skipped counts the ticks since its last
+// refresh (the refresher's goroutine only).
 type lagEntry struct {
 	ctx     context.Context
 	run     sync.Mutex
 	removed bool
+	skipped int
 }
 
 func newLagRefresher() *lagRefresher {
@@ -35,7 +48,7 @@ func newLagRefresher() *lagRefresher {
 // refresh of lt runs, nor will.
 func (lr *lagRefresher) add(ctx context.Context, lt *lagTracker) (remove func()) {
 	ctx, cancel := context.WithCancel(ctx)
-	e := &lagEntry{ctx: ctx}
+	e := &lagEntry{ctx: ctx, skipped: idleLagTicks} // due at the first tick
 	lr.mu.Lock()
 	lr.trackers[lt] = e
 	lr.mu.Unlock()
@@ -75,6 +88,11 @@ func (lr *lagRefresher) refreshAll(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		e.skipped++
+		if !lt.active.Swap(false) && e.skipped < idleLagTicks {
+			continue
+		}
+		e.skipped = 0
 		e.run.Lock()
 		if !e.removed && e.ctx.Err() == nil {
 			lt.refresh(e.ctx)

@@ -71,3 +71,65 @@ func TestLagRefresherRefreshesUntilRemoved(t *testing.T) {
 		t.Fatal("a primary's lag was refreshed after its tracker was removed")
 	}
 }
+
+// countingWAL counts LastID questions.
+type countingWAL struct {
+	wal.WAL
+	lastIDs int
+}
+
+func (w *countingWAL) LastID(ctx context.Context) (message.MessageID, error) {
+	w.lastIDs++
+	return w.WAL.LastID(ctx)
+}
+
+// TestLagRefresherAsksIdleSourcesLessOften: a primary is refreshed at its
+// first tick, then — while it commits nothing — every idleLagTicks ticks
+// only; a commit makes it due at the next tick.
+func TestLagRefresherAsksIdleSourcesLessOften(t *testing.T) {
+	op, err := wal.NewOpenerBuilder(memory.NewBuilder()).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer op.Close()
+	ctx := context.Background()
+	const ch = "lagrefresh-idle"
+	w, err := op.Open(ctx, &wal.OpenOption{Channel: ch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	cw := &countingWAL{WAL: w}
+	defer metricSourceLag.DeleteLabelValues(ch, ch)
+	lt := &lagTracker{r: &replica{id: ch, logger: hclog.NewNullLogger()}, sources: []*source{{channel: ch, log: cw}}, committed: map[string]message.MessageID{}}
+	lr := newLagRefresher()
+	remove := lr.add(ctx, lt)
+	defer remove()
+
+	tick := func(n int) {
+		for range n {
+			lr.refreshAll(ctx) // what run does at each tick
+		}
+	}
+	tick(1)
+	if cw.lastIDs != 1 {
+		t.Fatalf("%d questions at the first tick, want 1", cw.lastIDs)
+	}
+	tick(idleLagTicks - 1)
+	if cw.lastIDs != 1 {
+		t.Fatalf("%d questions over %d idle ticks after the first, want still 1", cw.lastIDs, idleLagTicks-1)
+	}
+	tick(1)
+	if cw.lastIDs != 2 {
+		t.Fatalf("%d questions after %d idle ticks, want 2 (the backstop)", cw.lastIDs, idleLagTicks)
+	}
+	lt.commit(map[string]message.MessageID{ch: 0})
+	tick(1)
+	if cw.lastIDs != 3 {
+		t.Fatalf("%d questions at the tick after a commit, want 3", cw.lastIDs)
+	}
+	tick(1)
+	if cw.lastIDs != 3 {
+		t.Fatalf("%d questions at the next tick without a commit, want still 3", cw.lastIDs)
+	}
+}
