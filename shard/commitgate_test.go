@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/consumerd/consumerd/allocator"
 	"github.com/consumerd/consumerd/examples/wordcount"
 	"github.com/consumerd/consumerd/internal/natstest"
@@ -61,25 +59,9 @@ func TestPrimaryConsumesWhileWaitingForACommitSlot(t *testing.T) {
 	}
 }
 
-// shardCounter reads counter name's series for shardID from the default
-// registry (0: no series).
+// shardCounter is counter name's series for shardID (0: none yet).
 func shardCounter(t *testing.T, name, shardID string) float64 {
 	t.Helper()
-	mfs, err := prometheus.DefaultGatherer.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "shard" && l.GetValue() == shardID {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	v, _ := gauge(t, name, shardID)
+	return v
 }

@@ -19,7 +19,6 @@ import (
 	"github.com/consumerd/consumerd/internal/natstest"
 	"github.com/consumerd/consumerd/internal/waitfor"
 	"github.com/consumerd/consumerd/shard"
-	"github.com/consumerd/consumerd/shard/rocksmem"
 	"github.com/consumerd/consumerd/shard/shardtest"
 	"github.com/consumerd/consumerd/topic"
 	"github.com/consumerd/consumerd/wal"
@@ -105,12 +104,7 @@ func densityRound(b *testing.B, n int, cpuprof string) float64 {
 	e := shardtest.NewCluster(sc, jetstream.NewBuilder(jetstream.Config{URL: natstest.Start(sc)}), pipeline.Tally())
 	e.TxnMaxMessages = 0 // the service default
 	e.LagInterval = shard.DefaultLagInterval
-	mem, err := rocksmem.New(densityBenchBudget)
-	if err != nil {
-		b.Fatal(err)
-	}
-	e.Memory = mem
-	sc.Cleanup(mem.Close) // registered first: runs after the node stopped
+	e.ShareMemory(densityBenchBudget)
 	tokens := topic.Description{Name: pipeline.Tokens, Partitions: n}
 	e.PutTopic(tokens)
 	e.PutTopic(topic.Description{Name: pipeline.Totals, Partitions: n})

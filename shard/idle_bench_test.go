@@ -24,7 +24,6 @@ import (
 	"github.com/consumerd/consumerd/internal/natsproc"
 	"github.com/consumerd/consumerd/internal/waitfor"
 	"github.com/consumerd/consumerd/shard"
-	"github.com/consumerd/consumerd/shard/rocksmem"
 	"github.com/consumerd/consumerd/shard/shardtest"
 	"github.com/consumerd/consumerd/wal/walimpls/jetstream"
 )
@@ -175,12 +174,7 @@ func TestIdleBenchChild(t *testing.T) {
 	nats := natsproc.StartServer(t, os.Getenv(idleBenchNatsEnv), "-js", "-sd", filepath.Join(t.TempDir(), "js"))
 	e := shardtest.NewCluster(t, jetstream.NewBuilder(jetstream.Config{URL: nats.URL()}), wordcount.App())
 	e.LagInterval = shard.DefaultLagInterval
-	mem, err := rocksmem.New(idleBenchBudget)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.Memory = mem
-	t.Cleanup(mem.Close) // registered first: runs after the node stopped
+	e.ShareMemory(idleBenchBudget)
 	node := e.StartNode("n", t.TempDir())
 	for i := 0; i < n; i++ {
 		e.PutSpec(shardtest.WordcountSpec(fmt.Sprintf("idle-%04d", i), i%shardtest.DefaultPartitions, 0))

@@ -25,8 +25,8 @@ const (
 	gaugeBytesSinceSnp = "consumerd_recoverylog_bytes_since_snapshot"
 )
 
-// gauge reads the value of a gauge's series for shardID from the default
-// registry; ok is false when the series does not exist.
+// gauge reads the value of a gauge's (or counter's) series for shardID
+// from the default registry; ok is false when the series does not exist.
 func gauge(t *testing.T, name, shardID string) (v float64, ok bool) {
 	t.Helper()
 	mfs, err := prometheus.DefaultGatherer.Gather()
@@ -40,6 +40,9 @@ func gauge(t *testing.T, name, shardID string) (v float64, ok bool) {
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
 				if l.GetName() == "shard" && l.GetValue() == shardID {
+					if c := m.GetCounter(); c != nil {
+						return c.GetValue(), true
+					}
 					return m.GetGauge().GetValue(), true
 				}
 			}

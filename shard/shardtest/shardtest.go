@@ -166,6 +166,18 @@ func (e *Cluster) PutTopic(d topic.Description) {
 	}
 }
 
+// ShareMemory gives the nodes started after it one RocksDB memory budget
+// of bytes (Memory), closed once they stopped.
+func (e *Cluster) ShareMemory(bytes uint64) {
+	e.t.Helper()
+	mem, err := rocksmem.New(bytes)
+	if err != nil {
+		e.t.Fatalf("memory budget: %v", err)
+	}
+	e.Memory = mem
+	e.t.Cleanup(mem.Close) // before the nodes' own: runs after they stopped
+}
+
 // testWriter sends log output to the test log (dropped after the test).
 type testWriter struct{ t testing.TB }
 
