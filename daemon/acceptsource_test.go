@@ -10,13 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	njs "github.com/nats-io/nats.go/jetstream"
-
 	"github.com/consumerd/consumerd/daemon/api"
 	"github.com/consumerd/consumerd/internal/waitfor"
 	"github.com/consumerd/consumerd/shard"
-	"github.com/consumerd/consumerd/wal/walimpls/jetstream"
 )
 
 // TestAcceptSourceAfterStreamsRecreated is the run: 50 lines
@@ -48,21 +44,9 @@ func TestAcceptSourceAfterStreamsRecreated(t *testing.T) {
 	}
 	counted("50")
 
-	nc, err := nats.Connect(c.nats)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := njs.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := c.natsAdmin()
 	for p := range 4 {
-		esc, err := jetstream.EscapeChannel(fmt.Sprintf("words/%04d", p))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := js.DeleteStream(context.Background(), jetstream.DefaultNamespace+"_"+esc); err != nil {
+		if err := js.DeleteStream(context.Background(), c.streamName(fmt.Sprintf("words/%04d", p))); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -9,38 +9,26 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	njs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/consumerd/consumerd/daemon/api"
+	"github.com/consumerd/consumerd/internal/natstest"
 	"github.com/consumerd/consumerd/internal/waitfor"
 	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/wal/walimpls/jetstream"
 )
 
 // natsAdmin is an operator's JetStream connection to the harness's NATS.
-func (c *harness) natsAdmin() njs.JetStream {
-	c.t.Helper()
-	nc, err := nats.Connect(c.nats)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	c.t.Cleanup(nc.Close)
-	js, err := njs.New(nc)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	return js
-}
+func (c *harness) natsAdmin() njs.JetStream { return natstest.Admin(c.t, c.nats) }
 
 // streamName is the stream of channel ch in the default namespace.
 func (c *harness) streamName(ch string) string {
 	c.t.Helper()
-	esc, err := jetstream.EscapeChannel(ch)
+	name, err := jetstream.StreamName(jetstream.DefaultNamespace, ch)
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	return jetstream.DefaultNamespace + "_" + esc
+	return name
 }
 
 // failedWith waits until shard id has a FAILED replica whose error holds

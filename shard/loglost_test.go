@@ -174,12 +174,11 @@ func TestOutputStreamRecreatedReported(t *testing.T) {
 	waitOutputs(t, e, lines[:30])
 	a.Kill()
 
-	admin := natsAdmin(t, srv.URL())
-	esc, err := jetstream.EscapeChannel(topic.ChannelName(wordcount.OutputTopic, 0))
+	admin := natstest.Admin(t, srv.URL())
+	name, err := jetstream.StreamName(jetstream.DefaultNamespace, topic.ChannelName(wordcount.OutputTopic, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := jetstream.DefaultNamespace + "_" + esc
 	ctx := context.Background()
 	s, err := admin.Stream(ctx, name)
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	njs "github.com/nats-io/nats.go/jetstream"
 	dto "github.com/prometheus/client_model/go"
 
@@ -44,20 +43,11 @@ func jsOpener(t *testing.T, url string) wal.Opener {
 // outStream is the operator's handle on out/0000's stream.
 func outStream(t *testing.T, url string) (njs.JetStream, string) {
 	t.Helper()
-	nc, err := nats.Connect(url)
+	name, err := jetstream.StreamName(jetstream.DefaultNamespace, "out/0000")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(nc.Close)
-	js, err := njs.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	esc, err := jetstream.EscapeChannel("out/0000")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return js, jetstream.DefaultNamespace + "_" + esc
+	return natstest.Admin(t, url), name
 }
 
 // recreateStream is `nats stream rm` then `nats stream add` with the same

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nats-io/nats.go"
 	njs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/consumerd/consumerd/allocator"
@@ -24,29 +23,14 @@ import (
 // a silent skip), and a source reset in the spec (what `shards
 // accept-source` writes) has it read on, once.
 
-// natsAdmin is an operator's JetStream connection.
-func natsAdmin(t *testing.T, url string) njs.JetStream {
-	t.Helper()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := njs.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return js
-}
-
 // wordsStream is the stream of words/<p> under the default namespace.
 func wordsStream(t *testing.T, p int) string {
 	t.Helper()
-	esc, err := jetstream.EscapeChannel(fmt.Sprintf("words/%04d", p))
+	name, err := jetstream.StreamName(jetstream.DefaultNamespace, fmt.Sprintf("words/%04d", p))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return jetstream.DefaultNamespace + "_" + esc
+	return name
 }
 
 // bounds reads what channel ch holds now.
@@ -136,7 +120,7 @@ func TestSourceStreamRecreated(t *testing.T) {
 	}
 	before := bounds(t, e, "words/0000")
 
-	if err := natsAdmin(t, url).DeleteStream(context.Background(), wordsStream(t, 0)); err != nil {
+	if err := natstest.Admin(t, url).DeleteStream(context.Background(), wordsStream(t, 0)); err != nil {
 		t.Fatal(err)
 	}
 	more := shardtest.Corpus(2, 20)
@@ -195,7 +179,7 @@ func TestSourcePurgedAheadOfOffset(t *testing.T) {
 	}
 	a.Kill()
 	e.Publish(0, shardtest.Corpus(5, 20)...)
-	st, err := natsAdmin(t, url).Stream(context.Background(), wordsStream(t, 0))
+	st, err := natstest.Admin(t, url).Stream(context.Background(), wordsStream(t, 0))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -224,6 +224,19 @@ type names struct {
 // have passed ValidNamespace. The stream name is namespace + "_" + token: the
 // namespace has no '_', so its end is the first '_', and the token is
 // injective, so distinct (namespace, channel) pairs never share a stream.
+// StreamName is the name of channel's stream in namespace ns
+// ("<ns>_<token>"), as an operator finds it with the NATS CLI.
+func StreamName(ns, channel string) (string, error) {
+	tok, err := EscapeChannel(channel)
+	if err != nil {
+		return "", err
+	}
+	return streamOf(ns, tok), nil
+}
+
+// streamOf is the stream of the channel whose escaped token is tok.
+func streamOf(ns, tok string) string { return ns + "_" + tok }
+
 func channelNames(ns, channel string) (names, error) {
 	tok, err := EscapeChannel(channel)
 	if err != nil {
@@ -231,7 +244,7 @@ func channelNames(ns, channel string) (names, error) {
 	}
 	return names{
 		channel: channel,
-		stream:  ns + "_" + tok,
+		stream:  streamOf(ns, tok),
 		data:    ns + "." + tok + ".data",
 		fence:   ns + "." + tok + ".fence",
 		marks:   ns + "." + tok + ".mark",

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	njs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/consumerd/consumerd/internal/embednats"
@@ -30,26 +29,17 @@ import (
 // streamAdmin is an operator's JetStream connection to the server at url.
 func streamAdmin(t *testing.T, url string) njs.JetStream {
 	t.Helper()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := njs.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return js
+	return natstest.Admin(t, url)
 }
 
 // streamOf is the stream name of channel ch in namespace ns.
 func streamOf(t *testing.T, ns, ch string) string {
 	t.Helper()
-	esc, err := jetstream.EscapeChannel(ch)
+	name, err := jetstream.StreamName(ns, ch)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ns + "_" + esc
+	return name
 }
 
 // appendN appends n messages and returns their ids.
