@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -71,14 +70,7 @@ func TestKeySpaceLoadWatchCompaction(t *testing.T) {
 	if _, err := c.Compact(ctx, rev); err != nil {
 		t.Fatal(err)
 	}
-	wctx, wcancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		_ = ks.Watch(wctx)
-	}()
-	defer func() { wcancel(); wg.Wait() }()
+	defer watchInBackground(ctx, ks)()
 	if err := ks.WaitForRevision(ctx, rev); err != nil {
 		t.Fatal(err)
 	}
@@ -208,14 +200,7 @@ func TestKeySpaceLocalIndex(t *testing.T) {
 	if err := ks.Load(ctx); err != nil {
 		t.Fatal(err)
 	}
-	wctx, wcancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		_ = ks.Watch(wctx)
-	}()
-	defer func() { wcancel(); wg.Wait() }()
+	defer watchInBackground(ctx, ks)()
 
 	items := func(zone, id string) string {
 		var out []string
@@ -268,4 +253,16 @@ func TestKeySpaceLocalIndex(t *testing.T) {
 		}
 		return resp.Header.Revision
 	}, false, true, "", "")
+}
+
+// watchInBackground runs ks.Watch on a goroutine until the returned stop
+// is called; stop returns once Watch has.
+func watchInBackground(ctx context.Context, ks *KeySpace) (stop func()) {
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = ks.Watch(wctx)
+	}()
+	return func() { cancel(); <-done }
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -61,14 +60,7 @@ func TestEtcdRestart(t *testing.T) {
 	if err := ks.Load(ctx); err != nil {
 		t.Fatal(err)
 	}
-	wctx, wcancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		_ = ks.Watch(wctx)
-	}()
-	defer func() { wcancel(); wg.Wait() }()
+	defer watchInBackground(ctx, ks)()
 
 	srv.Close()
 	stopped = true
