@@ -81,11 +81,11 @@ func TestRecoveryLogRestoredFromOlderCopy(t *testing.T) {
 	waitOutputs(t, e, lines[:30])
 	a.Kill()
 
-	esc, err := jetstream.EscapeChannel(recoverylog.Channel(spec.ID))
+	logStream, err := jetstream.StreamName(jetstream.DefaultNamespace, recoverylog.Channel(spec.ID))
 	if err != nil {
 		t.Fatal(err)
 	}
-	logDir := filepath.Join(store, "jetstream", "$G", "streams", jetstream.DefaultNamespace+"_"+esc)
+	logDir := filepath.Join(store, "jetstream", "$G", "streams", logStream)
 	older := filepath.Join(t.TempDir(), "older")
 	srv.Shutdown()
 	copyDir(t, logDir, older)
