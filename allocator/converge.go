@@ -47,6 +47,9 @@ func (c *converger) round(ctx context.Context, snap Snapshot) (again bool, err e
 	if !ok {
 		return false, fmt.Errorf("leader's own member key is missing")
 	}
+	if c.m.cfg.PlaceByCount {
+		snap.Loads = nil // no load known: primaries stay where count put them
+	}
 	plan := planConverge(snap, c.m.prefix)
 	c.report(snap, plan)
 	steps, wake := planRestarts(snap, time.Now())
@@ -76,6 +79,11 @@ func (c *converger) report(snap Snapshot, plan convergePlan) {
 	itemsGauge.Set(float64(len(snap.Items)))
 	desiredSlotsGauge.Set(float64(plan.slots))
 	shortfallGauge.Set(float64(len(plan.shortfall)))
+	loadUnsettledGauge.Set(float64(plan.loadUnsettled))
+	if plan.loadMoves > 0 {
+		loadMovesTotal.Add(float64(plan.loadMoves))
+		c.log.Info("handing primaries to standbys to balance load", "moves", plan.loadMoves)
+	}
 	sf := strings.Join(plan.shortfall, ", ")
 	if sf == c.lastShortfall {
 		return

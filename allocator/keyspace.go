@@ -53,7 +53,9 @@ type KeySpace struct {
 	badItems map[string]string
 	// restarts holds, by item id, the leader's restart records.
 	restarts map[string]RestartRecord
-	changed  chan struct{} // closed and replaced on every update
+	// reports holds the members' load reports by "zone/member".
+	reports map[string]LoadReport
+	changed chan struct{} // closed and replaced on every update
 }
 
 // decoded is what decodeInto fills.
@@ -65,6 +67,14 @@ type decoded struct {
 	badAssign   map[string]Assignment
 	badItems    map[string]string
 	restarts    map[string]RestartRecord
+	reports     map[string]LoadReport
+}
+
+// newDecoded returns empty maps for a Load to fill.
+func newDecoded() decoded {
+	return decoded{members: map[string]MemberInfo{}, items: map[string]ItemInfo{}, assignments: map[string]Assignment{},
+		byMember: map[string]map[string]struct{}{}, badAssign: map[string]Assignment{}, badItems: map[string]string{},
+		restarts: map[string]RestartRecord{}, reports: map[string]LoadReport{}}
 }
 
 // NewKeySpace returns an empty mirror of prefix. decodeItem nil means
@@ -89,6 +99,7 @@ func NewKeySpace(client *clientv3.Client, prefix string, decodeItem func(id stri
 		badAssign:   map[string]Assignment{},
 		badItems:    map[string]string{},
 		restarts:    map[string]RestartRecord{},
+		reports:     map[string]LoadReport{},
 		changed:     make(chan struct{}),
 	}
 }
@@ -103,8 +114,7 @@ func (ks *KeySpace) Load(ctx context.Context) error {
 		etcdErrors.Inc()
 		return fmt.Errorf("loading %s/: %w", ks.prefix, err)
 	}
-	d := decoded{members: map[string]MemberInfo{}, items: map[string]ItemInfo{}, assignments: map[string]Assignment{},
-		byMember: map[string]map[string]struct{}{}, badAssign: map[string]Assignment{}, badItems: map[string]string{}, restarts: map[string]RestartRecord{}}
+	d := newDecoded()
 	for _, kv := range resp.Kvs {
 		ks.decodeInto(kv, d)
 	}
@@ -112,7 +122,7 @@ func (ks *KeySpace) Load(ctx context.Context) error {
 	ks.members, ks.items, ks.assignments, ks.badAssign, ks.badItems = d.members, d.items, d.assignments, d.badAssign, d.badItems
 	ks.byMember = d.byMember
 	ks.loads++
-	ks.restarts = d.restarts
+	ks.restarts, ks.reports = d.restarts, d.reports
 	ks.revision = resp.Header.Revision
 	ks.loaded = true
 	ks.notifyLocked()
@@ -211,6 +221,9 @@ func (ks *KeySpace) apply(resp clientv3.WatchResponse) {
 		if id, ok := strings.CutPrefix(key, RestartsPrefix(ks.prefix)); ok {
 			delete(ks.restarts, id)
 		}
+		if mk, err := parseLoadKey(ks.prefix, key); err == nil {
+			delete(ks.reports, mk)
+		}
 		ks.dropAssignmentLocked(key)
 		if ev.Type == mvccpb.DELETE {
 			delete(ks.members, key)
@@ -230,7 +243,7 @@ func (ks *KeySpace) apply(resp clientv3.WatchResponse) {
 			ks.itemsVer++
 		}
 		ks.decodeInto(ev.Kv, decoded{members: ks.members, items: ks.items, assignments: ks.assignments,
-			byMember: ks.byMember, badAssign: ks.badAssign, badItems: ks.badItems, restarts: ks.restarts})
+			byMember: ks.byMember, badAssign: ks.badAssign, badItems: ks.badItems, restarts: ks.restarts, reports: ks.reports})
 		if a, ok := ks.assignments[key]; ok {
 			ks.localVer[a.Zone+"/"+a.Member]++
 		}
@@ -303,6 +316,17 @@ func (ks *KeySpace) decodeInto(kv *mvccpb.KeyValue, d decoded) {
 			return
 		}
 		// The leader writes a new record over it at the item's next failure.
+		ks.skip(key, err)
+	case strings.HasPrefix(rest, loadsDir):
+		mk, err := parseLoadKey(ks.prefix, key)
+		if err == nil {
+			var r LoadReport
+			if r, err = DecodeLoadReport(kv.Value); err == nil {
+				d.reports[mk] = r
+				return
+			}
+		}
+		// The leader places without it (by count) until the member's next report.
 		ks.skip(key, err)
 	default:
 		// Other subtrees (e.g. snapshots/) belong to other layers.
@@ -390,6 +414,12 @@ func (ks *KeySpace) Snapshot() Snapshot {
 		s.Restarts = make(map[string]RestartRecord, len(ks.restarts))
 		for id, r := range ks.restarts {
 			s.Restarts[id] = r
+		}
+	}
+	if len(ks.reports) > 0 {
+		s.Loads = make(map[string]LoadReport, len(ks.reports))
+		for mk, r := range ks.reports {
+			s.Loads[mk] = r
 		}
 	}
 	if len(ks.badItems) > 0 {

@@ -36,6 +36,9 @@ type Config struct {
 	// ({"hot_standbys":k,"disable":b}).
 	DecodeItem func(id string, raw []byte) (Item, error)
 	Logger     hclog.Logger
+	// PlaceByCount makes this member, while it leads, ignore load reports:
+	// primaries are placed by count alone (they stay where they are).
+	PlaceByCount bool
 }
 
 var (

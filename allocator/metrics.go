@@ -52,6 +52,14 @@ var (
 		Name: "consumerd_allocator_converge_conflicts_total",
 		Help: "Leader transactions whose compares failed (something changed since the round's snapshot; the round is planned again).",
 	})
+	loadMovesTotal = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "consumerd_allocator_load_moves_total",
+		Help: "Primaries the leader planned to hand to a standby to balance members' load.",
+	})
+	loadUnsettledGauge = promauto.NewGauge(prometheus.GaugeOpts{
+		Name: "consumerd_allocator_load_unsettled_items",
+		Help: "Items whose primary's load is not reported yet; primaries are not moved for load while it is above 0.",
+	})
 	scheduleSeconds = promauto.NewHistogram(prometheus.HistogramOpts{
 		Name:    "consumerd_allocator_schedule_seconds",
 		Help:    "Runtime of one scheduler solve.",

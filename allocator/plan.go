@@ -35,6 +35,8 @@ type convergePlan struct {
 	// deferred adds.
 	deferredItems, deferredMembers map[int]bool
 	solveTime                      time.Duration
+	// loadMoves and loadUnsettled are the solution's (Solution.LoadMoves).
+	loadMoves, loadUnsettled int
 }
 
 // planInput is what a round plans from: the snapshot and the scheduler's
@@ -89,8 +91,29 @@ func scheduleInput(snap Snapshot, prefix string) *planInput {
 		}
 		in.perItem[i] = append(in.perItem[i], a)
 		in.items[i].Current = append(in.items[i].Current, SchedReplica{Member: m, Slot: a.Slot, State: a.Status.State})
+		if a.Slot == 0 {
+			in.items[i].Load, in.items[i].LoadUnsettled = primaryLoad(snap.Loads, a)
+		}
 	}
 	return in
+}
+
+// primaryLoad returns the load of the primary a (slot 0) as its member
+// reported it for a's term, and whether it is unsettled: a live primary
+// whose member reported nothing for this term yet. Without any report at
+// all (members that do not report, or placement by count), nothing is
+// unsettled.
+func primaryLoad(loads map[string]LoadReport, a Assignment) (int64, bool) {
+	if len(loads) == 0 {
+		return 0, false
+	}
+	if a.Status.State == StateFailed {
+		return 0, false
+	}
+	if p, ok := loads[a.Zone+"/"+a.Member].Primaries[a.Item]; ok && p.Term == a.CreateRevision {
+		return p.BusyMicros, false
+	}
+	return 0, true
 }
 
 // planConverge is the pure part of a converge round: it solves the schedule
@@ -119,6 +142,7 @@ func planConverge(snap Snapshot, prefix string) convergePlan {
 	solveTime := time.Since(start)
 	plan := planFromSolution(in, sol)
 	plan.solveTime = solveTime
+	plan.loadMoves, plan.loadUnsettled = sol.LoadMoves, sol.LoadUnsettled
 	return plan
 }
 

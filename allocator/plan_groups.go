@@ -185,7 +185,11 @@ func (p *planner) planPromotion(st *itemState) {
 	for _, slot := range p.taken[st.it.ID] {
 		slot0Taken = slot0Taken || slot == 0
 	}
-	if !ok || next.Slot == 0 || slot0Taken || !st.mayPromote(next) {
+	demoted := false // the old primary stays as a standby
+	if st.primary != nil {
+		_, demoted = st.inD[p.in.memberIdx[st.primary.Zone+"/"+st.primary.Member]]
+	}
+	if !ok || next.Slot == 0 || slot0Taken || !st.mayPromote(next, demoted) {
 		return
 	}
 	p.plan.groups = append(p.plan.groups, p.promotion(st, next))
@@ -194,12 +198,15 @@ func (p *planner) planPromotion(st *itemState) {
 // mayPromote reports whether next may become primary now. Without a
 // primary, or with one that is not consistent yet (it serves nothing),
 // promote at once; otherwise only a consistent successor, and only while
-// the item keeps its target of consistent replicas.
-func (st *itemState) mayPromote(next Assignment) bool {
+// the item keeps its target of consistent replicas. A consistent primary
+// that is demoted (it stays desired, as a standby: a hand-over for load)
+// still counts: it keeps its database and only catches up on the log
+// from where it stopped, so the item is not short of a copy of its state.
+func (st *itemState) mayPromote(next Assignment, demoted bool) bool {
 	allowed := st.primary == nil || !st.primary.Status.State.Consistent()
 	if !allowed && next.Status.State.Consistent() {
 		after := st.consistent
-		if st.primary.Status.State.Consistent() {
+		if st.primary.Status.State.Consistent() && !demoted {
 			after--
 		}
 		allowed = after >= st.target

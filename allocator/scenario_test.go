@@ -37,6 +37,8 @@ var update = flag.Bool("update", false, "rewrite expected blocks of testdata/sce
 //	                        a promoted slot-0 STANDBY reports PRIMARY),
 //	                        all in one transaction
 //	fail I Z/M              the member's replica of I reports FAILED
+//	load Z/M [I=BUSY ...]   the member reports its load: each item I it is primary
+//	                        of now, busy BUSY µs per second (ReportLoad)
 //	exit Z/M                SetExiting
 //	kill Z/M                the member stops and its lease is revoked
 //	converge                wait until the leader has nothing left to do
@@ -295,6 +297,33 @@ func (s *scenario) exec(text string) error {
 			err = errors.New("assignments changed under ready")
 		}
 		return err
+	case "load":
+		if len(f) < 2 {
+			return errors.New("want: load ZONE/MEMBER [ITEM=BUSY ...]")
+		}
+		as, err := s.read(ctx)
+		if err != nil {
+			return err
+		}
+		r := LoadReport{WindowMillis: 1000, Primaries: map[string]PrimaryLoad{}}
+		for _, arg := range f[2:] {
+			item, bs, _ := strings.Cut(arg, "=")
+			busy, err := strconv.ParseInt(bs, 10, 64)
+			if err != nil {
+				return fmt.Errorf("%s: busy: %w", arg, err)
+			}
+			var term int64
+			for _, a := range as {
+				if a.Item == item && a.Slot == 0 && a.Zone+"/"+a.Member == f[1] {
+					term = a.CreateRevision
+				}
+			}
+			if term == 0 {
+				return fmt.Errorf("%s is not primary of %s", f[1], item)
+			}
+			r.Primaries[item] = PrimaryLoad{Term: term, BusyMicros: busy}
+		}
+		return s.member(f[1]).m.ReportLoad(ctx, r)
 	case "exit":
 		return s.member(f[1]).m.SetExiting(ctx)
 	case "kill":

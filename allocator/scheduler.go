@@ -26,6 +26,15 @@ type SchedItem struct {
 	ID          string
 	Replication int
 	Current     []SchedReplica
+	// Load is what the item's current primary costs (its LoadReport's
+	// BusyMicros); 0 when idle or not known. When no item has a load,
+	// primaries are placed by count alone.
+	Load int64
+	// LoadUnsettled says the item has a primary whose load is not known
+	// yet (its member has not reported a whole window of it): primaries
+	// are not moved for load while any item is unsettled, so a move is
+	// judged only once the moves before it were measured.
+	LoadUnsettled bool
 }
 
 // Solution is the scheduler's result.
@@ -39,6 +48,9 @@ type Solution struct {
 	Shortfall []Shortfall
 	// Slots is the total of desired replicas placed.
 	Slots int
+	// LoadMoves is the primaries moved to balance load (balanceLoad);
+	// LoadUnsettled the items that kept it from running (0 when it ran).
+	LoadMoves, LoadUnsettled int
 }
 
 // Shortfall is an item that could not get its desired replication.
@@ -80,8 +92,11 @@ const (
 // loaded members (moving replicas placed by this solve first, then standbys,
 // then primaries); retry short items, with one-step augmenting moves; order
 // each item's replicas (kept primary first, else a kept consistent standby,
-// else the new replica on the member with the fewest primaries). Cost is
-// about O(replicas × log members) for the fill plus linear rebalance scans.
+// else the new replica on the member with the fewest primaries); when items
+// report loads, hand primaries over to consistent standbys so the busiest
+// member's primary load comes near the mean (balanceLoad, with hysteresis).
+// Cost is about O(replicas × log members) for the fill plus linear
+// rebalance scans.
 func Solve(members []SchedMember, items []SchedItem) *Solution {
 	s := newSolver(members, items)
 	s.keep()

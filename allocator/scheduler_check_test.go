@@ -89,9 +89,13 @@ func checkSolution(members []SchedMember, items []SchedItem, sol *Solution) erro
 				}
 			}
 		}
-		// Primary stays where it is while kept.
+		// Primary stays where it is while kept, unless the load phase
+		// handed it to a current consistent standby.
 		for _, r := range items[i].Current {
 			if r.Slot == 0 && len(d) > 0 && holds[i][r.Member] && int(d[0]) != r.Member {
+				if sol.LoadMoves > 0 && items[i].Load > 0 && consistentOn(items[i], int(d[0])) {
+					continue
+				}
 				return fmt.Errorf("item %d: current primary %d kept but not primary (desired %v)", i, r.Member, d)
 			}
 		}
@@ -138,6 +142,16 @@ func checkSolution(members []SchedMember, items []SchedItem, sol *Solution) erro
 		}
 	}
 	return nil
+}
+
+// consistentOn reports whether item it has a consistent replica on member m.
+func consistentOn(it SchedItem, m int) bool {
+	for _, r := range it.Current {
+		if r.Member == m && r.State.Consistent() {
+			return true
+		}
+	}
+	return false
 }
 
 // randomCluster builds a random cluster; when withCurrent, items carry random

@@ -10,16 +10,21 @@ func (s *solver) finish() *Solution {
 		Load:    make([]int, len(s.members)),
 	}
 	prim := make([]int32, len(s.members)) // primaries chosen so far
+	hasPrimary := make([]bool, len(s.items))
 	for i := range s.items {
-		n := s.cnt[i]
-		base := s.off[i]
 		p := s.primaryEntry(i, prim)
 		if p >= 0 {
-			prim[s.flat[base+p]]++
+			prim[s.flat[s.off[i]+p]]++
+			hasPrimary[i] = true
 		}
 		if p > 0 {
 			s.moveToFront(i, p)
 		}
+	}
+	sol.LoadMoves, sol.LoadUnsettled = s.balanceLoad(hasPrimary)
+	for i := range s.items {
+		n := s.cnt[i]
+		base := s.off[i]
 		sol.Desired[i] = s.flat[base : base+n : base+n]
 		sol.Slots += int(n)
 		if want := s.items[i].Replication; int(n) < want {

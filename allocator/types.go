@@ -114,6 +114,8 @@ type Snapshot struct {
 	Leader string
 	// Restarts are the leader's restart records by item id (restarts.go).
 	Restarts map[string]RestartRecord
+	// Loads are the members' load reports by "zone/member" (load.go).
+	Loads map[string]LoadReport
 }
 
 // LocalState is the part of the mirror that concerns one member: its
