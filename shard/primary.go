@@ -83,9 +83,12 @@ func (r *replica) runPrimary(ctx context.Context, sdb *shardDB, consumer Consume
 	defer outs.stop()
 	defer outs.pub.limits.close() // after the loop, which stages
 
+	load, stopLoad := r.svc.loads.add(spec.ID, r.assignment().CreateRevision)
+	defer stopLoad()
+
 	r.setState(ctx, allocator.StatePrimary, "")
 	clk := r.svc.clock
-	loop := &txnLoop{
+	loop := &txnLoop{load: load,
 		r: r, sh: sh, consumer: consumer, rec: rec, pub: outs.pub, drain: outs.drain, recorded: outs.published,
 		clock: clk, core: txnCore{clock: clk}, gate: r.svc.commits,
 		in: srcs.in, stopped: srcs.stopped, lag: lt, sources: srcs.byChannel(),

@@ -55,6 +55,11 @@ type Config struct {
 	// LagInterval is how often primaries refresh source lag (zero:
 	// DefaultLagInterval).
 	LagInterval time.Duration
+	// LoadInterval is how often the service measures its primaries' load
+	// and, when it changed enough, writes the member's load report, which
+	// the allocator leader places primaries by (zero: DefaultLoadInterval;
+	// negative: no reports).
+	LoadInterval time.Duration
 	// CommitsInFlight bounds the transactions the service's primaries
 	// commit at once (zero: DefaultCommitsInFlight; see commitGate).
 	CommitsInFlight int
@@ -120,6 +125,7 @@ type Service struct {
 	logger hclog.Logger
 	clock  clock // what primaries' transaction loops and drainers time with
 	lags   *lagRefresher
+	loads  *loadReporter
 	// commits is shared by the primaries' transaction loops.
 	commits *commitGate
 
@@ -146,7 +152,12 @@ func NewService(cfg Config) *Service {
 	if cfg.CommitsInFlight <= 0 {
 		cfg.CommitsInFlight = DefaultCommitsInFlight
 	}
-	return &Service{cfg: cfg, logger: cfg.Logger.Named("shard"), clock: realClock{}, lags: newLagRefresher(),
+	if cfg.LoadInterval == 0 {
+		cfg.LoadInterval = DefaultLoadInterval
+	}
+	logger := cfg.Logger.Named("shard")
+	return &Service{cfg: cfg, logger: logger, clock: realClock{}, lags: newLagRefresher(),
+		loads:   newLoadReporter(cfg.Member, logger.Named("load")),
 		commits: newCommitGate(cfg.CommitsInFlight), replicas: make(map[string]*replica), stopping: make(map[string]*replica)}
 }
 
@@ -179,6 +190,13 @@ func (s *Service) Run(ctx context.Context) error {
 		defer s.wg.Done()
 		s.lags.run(ctx, s.cfg.LagInterval)
 	}()
+	if s.cfg.LoadInterval > 0 {
+		s.wg.Add(1)
+		go func() { // owned by Run: ends with ctx, waited by stopAll
+			defer s.wg.Done()
+			s.loads.run(ctx, s.cfg.LoadInterval)
+		}()
+	}
 	for {
 		select {
 		case <-ctx.Done():

@@ -50,7 +50,8 @@ type txnLoop struct {
 
 	core txnCore
 	prev *pendingTxn
-	gate *commitGate // the member's
+	gate *commitGate  // the member's
+	load *primaryLoad // what the loop's work costs (loadreport.go)
 
 	// metric children, resolved once
 	mMessages, mBytes, mTxns prometheus.Counter
@@ -102,6 +103,7 @@ func (l *txnLoop) pubErr(appErr error) error {
 }
 
 func (l *txnLoop) consume(m inbound) error {
+	defer l.load.busySince(time.Now())
 	env := topic.Envelope{Partition: m.src.part, Message: m.msg}
 	if err := safeCall("Consume", func() error { return l.consumer.Consume(l.sh, env, l.pub) }); err != nil {
 		return fmt.Errorf("message %s@%d: %w", m.src.channel, m.msg.ID, l.pubErr(err))
@@ -111,6 +113,8 @@ func (l *txnLoop) consume(m inbound) error {
 	l.core.consumed(n)
 	l.mMessages.Inc()
 	l.mBytes.Add(float64(n))
+	l.load.msgs.Add(1)
+	l.load.bytes.Add(int64(n))
 	return nil
 }
 
@@ -250,6 +254,7 @@ func (l *txnLoop) waitSlot(ctx context.Context) error {
 // and starts its commit, which holds slot. The previous commit is done
 // (txnCore saw to it).
 func (l *txnLoop) commit(ctx context.Context, slot *commitSlot) (err error) {
+	defer l.load.busySince(time.Now())
 	defer func() {
 		if err != nil {
 			slot.release() // no commit started

@@ -15,6 +15,7 @@ import (
 	"github.com/consumerd/consumerd/daemon/internal/connect"
 	"github.com/consumerd/consumerd/internal/bytesize"
 	"github.com/consumerd/consumerd/internal/ident"
+	"github.com/consumerd/consumerd/shard"
 	"github.com/consumerd/consumerd/shard/rocksmem"
 )
 
@@ -26,12 +27,16 @@ type Config struct {
 	WALURL        string
 	// WALNamespace names this cluster's streams, subjects and snapshot
 	// bucket in NATS; empty derives it from EtcdPrefix (see connect.WALNamespace).
-	WALNamespace  string
-	WALSync       string
-	WALReplicas   int
-	MemberID      string
-	Zone          string
-	Limit         int
+	WALNamespace string
+	WALSync      string
+	WALReplicas  int
+	MemberID     string
+	Zone         string
+	Limit        int
+	// LoadInterval is how often the member measures and reports its
+	// primaries' load (0: never); Placement is "load" or "count".
+	LoadInterval  time.Duration
+	Placement     string
 	DataDir       string
 	HTTPAddr      string
 	HTTPAdvertise string
@@ -91,6 +96,8 @@ func (c *Config) Bind(fs *pflag.FlagSet, defaultApps []string) {
 	fs.StringVar(&c.MemberID, "member.id", defaultMemberID(), "member id, unique within its zone ([A-Za-z0-9._-]+)")
 	fs.StringVar(&c.Zone, "member.zone", "local", "failure zone: a shard's replicas are spread across zones")
 	fs.IntVar(&c.Limit, "member.limit", 1024, "most shard replicas this member holds")
+	fs.DurationVar(&c.LoadInterval, "member.load-interval", shard.DefaultLoadInterval, "how often the member measures what its primaries cost and reports it in etcd for the leader's placement (0: never)")
+	fs.StringVar(&c.Placement, "placement", "load", "how this member, while it leads, places primaries: 'load' hands hot primaries to standbys on less busy members (by the members' load reports; by count until they arrive) or 'count' (by count only)")
 	fs.StringVar(&c.DataDir, "data-dir", "./consumerd-data", "directory for shard databases (and the embedded servers' data)")
 	fs.StringVar(&c.HTTPAddr, "http.addr", "127.0.0.1:8080", "HTTP listen address: /metrics /livez /readyz /v1/status /v1/query; also the member's advertised endpoint")
 	fs.StringVar(&c.HTTPAdvertise, "http.advertise", "", "URL other members and the CLI use to reach this member (default: http://<http.addr>, https:// with --http.cert, a wildcard host replaced by the host name)")
@@ -206,6 +213,12 @@ func (c *Config) validateMember(p *problems) {
 	}
 	if c.Limit < 0 {
 		p.bad("member.limit", "%d must not be negative", c.Limit)
+	}
+	if c.LoadInterval < 0 {
+		p.bad("member.load-interval", "%s must not be negative (0: no load reports)", c.LoadInterval)
+	}
+	if c.Placement != "load" && c.Placement != "count" {
+		p.bad("placement", "%q must be 'load' or 'count'", c.Placement)
 	}
 	if c.DataDir == "" {
 		p.bad("data-dir", "must not be empty")

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -41,6 +42,8 @@ func (s *server) runSession(ctx context.Context) error {
 		Terms: &allocator.Terms{Client: s.client, Prefix: s.cfg.EtcdPrefix},
 		// One block cache and write buffer manager for all shard databases.
 		Memory: s.memory,
+		// What the primaries cost, for the leader's placement (-1: none).
+		LoadInterval: cmp.Or(s.cfg.LoadInterval, -1),
 	})
 	sess := &session{member: member, svc: svc}
 	s.sess.Store(sess)
@@ -108,8 +111,9 @@ func (s *server) newMember(ctx context.Context) (*allocator.Member, error) {
 			Version:   buildinfo.Current.Version,
 			Instance:  s.instance,
 		},
-		DecodeItem: shard.DecodeSpec,
-		Logger:     s.log,
+		DecodeItem:   shard.DecodeSpec,
+		Logger:       s.log,
+		PlaceByCount: s.cfg.Placement == "count",
 	}
 	wait := retry.Policy{Initial: 100 * time.Millisecond, Max: 500 * time.Millisecond}.Start()
 	var holder *holderWatch
