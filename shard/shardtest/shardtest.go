@@ -79,6 +79,9 @@ type Cluster struct {
 	// Memory, when set, is the RocksDB memory budget of nodes started
 	// later (the test closes it after they stopped).
 	Memory *rocksmem.Budget
+	// LoadInterval is how often nodes started later report their
+	// primaries' load (zero: the service default).
+	LoadInterval time.Duration
 }
 
 // NewCluster starts a cluster whose assignments the test writes.
@@ -236,7 +239,7 @@ func (e *Cluster) StartNodeApps(id, dir string, apps map[string]shard.App) *Node
 		TxnMaxMessages: e.TxnMaxMessages, LagInterval: cmp.Or(e.LagInterval, 20*time.Millisecond),
 		Logger: e.Logger.Named(id), Snapshots: e.Snapshots,
 		Terms:  &allocator.Terms{Client: e.Client, Prefix: e.Prefix},
-		Memory: e.Memory,
+		Memory: e.Memory, LoadInterval: e.LoadInterval,
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
