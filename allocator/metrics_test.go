@@ -13,7 +13,7 @@ import (
 func TestMetricsLint(t *testing.T) {
 	collectors := []prometheus.Collector{leaderGauge, membersGauge, itemsGauge, desiredSlotsGauge, shortfallGauge,
 		assignmentsAdded, assignmentsRemoved, assignmentsPromoted, convergeRounds, convergeTxns, scheduleSeconds,
-		etcdErrors, malformedKeys}
+		etcdErrors, malformedKeys, convergeConflicts, loadMovesTotal, loadUnsettledGauge}
 	reg := prometheus.NewPedanticRegistry()
 	for _, c := range collectors {
 		if err := reg.Register(c); err != nil {

@@ -40,7 +40,9 @@ func TestPrimariesMoveForLoad(t *testing.T) {
 	}
 	a := e.StartNode("a", t.TempDir())
 	shardtest.Eventually(t, "every shard primary on a", func() (bool, string) {
-		return placed(a, specs, func(as []allocator.Assignment) bool { return len(as) == 1 && as[0].Status.State == allocator.StatePrimary })
+		return placed(a, specs, func(as []allocator.Assignment) bool {
+			return len(as) == 1 && as[0].Status.State == allocator.StatePrimary
+		})
 	})
 	b := e.StartNode("b", t.TempDir())
 	shardtest.Eventually(t, "a standby of every shard on b", func() (bool, string) {
