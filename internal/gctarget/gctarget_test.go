@@ -23,3 +23,29 @@ func TestApply(t *testing.T) {
 		t.Fatalf("with GOGC=150: %d from %s", p, src)
 	}
 }
+
+// TestApplyMemoryLimit: half the available memory unless GOMEMLIMIT is set,
+// and then what GOMEMLIMIT said; unknown memory leaves the limit alone.
+func TestApplyMemoryLimit(t *testing.T) {
+	prev := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(prev) })
+	t.Setenv("GOMEMLIMIT", "") // restored after the test
+	os.Unsetenv("GOMEMLIMIT")
+
+	const available = 8 << 30
+	if l, src := ApplyMemoryLimit(available); l != 4<<30 || src != "default" || debug.SetMemoryLimit(-1) != 4<<30 {
+		t.Fatalf("without GOMEMLIMIT: %d from %s, runtime has %d", l, src, debug.SetMemoryLimit(-1))
+	}
+	debug.SetMemoryLimit(NoLimit)
+	if l, src := ApplyMemoryLimit(0); l != NoLimit || src != "unknown" || debug.SetMemoryLimit(-1) != NoLimit {
+		t.Fatalf("without GOMEMLIMIT, memory unknown: %d from %s, runtime has %d", l, src, debug.SetMemoryLimit(-1))
+	}
+
+	// The runtime reads GOMEMLIMIT at start; a set GOMEMLIMIT is left as
+	// the runtime applied it (here: the 3 GiB set below stands for it).
+	t.Setenv("GOMEMLIMIT", "3GiB")
+	debug.SetMemoryLimit(3 << 30)
+	if l, src := ApplyMemoryLimit(available); l != 3<<30 || src != "GOMEMLIMIT" || debug.SetMemoryLimit(-1) != 3<<30 {
+		t.Fatalf("with GOMEMLIMIT=3GiB: %d from %s, runtime has %d", l, src, debug.SetMemoryLimit(-1))
+	}
+}

@@ -128,9 +128,17 @@ func Run(ctx context.Context, cfg Config, p Process) error {
 	}
 	s.serveHTTP(ln, serverTLS, &down)
 	gcPercent, gcFrom := gctarget.Apply()
+	// The same machine or cgroup memory --rocksdb.memory's default is a
+	// quarter of: the soft limit's default is half of it.
+	memLimit, memLimitFrom := gctarget.ApplyMemoryLimit(rocksmem.Available())
+	memLimitText := "none"
+	if memLimit != gctarget.NoLimit {
+		memLimitText = bytesize.Format(uint64(memLimit))
+	}
 	s.log.Info("serving", "member", cfg.MemberID, "zone", cfg.Zone, "endpoint", s.endpoint,
 		"apps", strings.Join(cfg.Apps, ","), "etcd", s.etcdEndpoints, "wal", s.walURL, "wal_namespace", s.namespace,
-		"gc_percent", gcPercent, "gc_from", gcFrom, "rocksdb_memory", bytesize.Format(cfg.RocksDBMemory))
+		"gc_percent", gcPercent, "gc_from", gcFrom, "mem_limit", memLimitText, "mem_limit_from", memLimitFrom,
+		"rocksdb_memory", bytesize.Format(cfg.RocksDBMemory))
 	return s.run(ctx, p.Signals, p.HardExit)
 }
 
