@@ -66,6 +66,21 @@ type PrimaryLoad struct {
 	// Messages and Bytes are the input it consumed, per second.
 	Messages int64 `json:"msgs_per_s"`
 	Bytes    int64 `json:"bytes_per_s"`
+	// AgeMillis is how long it had led here when measured. The leader
+	// does not move a primary younger than LoadMinDwellWindows windows.
+	AgeMillis int64 `json:"age_ms"`
+}
+
+// LoadMinDwellWindows is how many report windows a primary leads on a
+// member before the leader may move it for load again: a hand-over
+// pauses the shard, and a figure measured in the first windows after one
+// is the noisiest (caches cold, the old primary's backlog).
+const LoadMinDwellWindows = 5
+
+// young reports whether p, in report r, led for fewer than
+// LoadMinDwellWindows of r's windows.
+func (r LoadReport) young(p PrimaryLoad) bool {
+	return p.AgeMillis < LoadMinDwellWindows*r.WindowMillis
 }
 
 // DecodeLoadReport decodes and checks a load report value.
@@ -81,7 +96,7 @@ func DecodeLoadReport(raw []byte) (LoadReport, error) {
 		if err := ident.Check(id); err != nil {
 			return LoadReport{}, fmt.Errorf("load report: item %q: %w", id, err)
 		}
-		if p.Term <= 0 || p.BusyMicros < 0 || p.Messages < 0 || p.Bytes < 0 {
+		if p.Term <= 0 || p.BusyMicros < 0 || p.Messages < 0 || p.Bytes < 0 || p.AgeMillis < 0 {
 			return LoadReport{}, fmt.Errorf("load report: item %s: term %d must be positive and rates not negative", id, p.Term)
 		}
 	}
@@ -103,7 +118,8 @@ func (m *Member) ReportLoad(ctx context.Context, r LoadReport) error {
 }
 
 // LoadChanged reports whether a report of cur is worth writing over prev:
-// the set of primaries or their terms changed, or a primary's busy time
+// the set of primaries or their terms changed, a primary led long enough
+// to be moved (LoadMinDwellWindows), or a primary's busy time
 // moved by more than a quarter and by more than 1% of a core. Small changes
 // are not written: every member watches the whole keyspace, so each write
 // costs one event per member.
@@ -113,7 +129,7 @@ func LoadChanged(prev, cur LoadReport) bool {
 	}
 	for id, c := range cur.Primaries {
 		p, ok := prev.Primaries[id]
-		if !ok || p.Term != c.Term {
+		if !ok || p.Term != c.Term || prev.young(p) != cur.young(c) {
 			return true
 		}
 		d := math.Abs(float64(c.BusyMicros - p.BusyMicros))

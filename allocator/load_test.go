@@ -23,9 +23,10 @@ func TestDecodeLoadReportRejects(t *testing.T) {
 }
 
 func TestLoadChanged(t *testing.T) {
-	rep := func(term, busy int64) LoadReport {
-		return LoadReport{WindowMillis: 1000, Primaries: map[string]PrimaryLoad{"s1": {Term: term, BusyMicros: busy}}}
+	repAged := func(term, busy, age int64) LoadReport {
+		return LoadReport{WindowMillis: 1000, Primaries: map[string]PrimaryLoad{"s1": {Term: term, BusyMicros: busy, AgeMillis: age}}}
 	}
+	rep := func(term, busy int64) LoadReport { return repAged(term, busy, 60_000) }
 	for _, tc := range []struct {
 		name      string
 		prev, cur LoadReport
@@ -38,6 +39,8 @@ func TestLoadChanged(t *testing.T) {
 		{"new term", rep(3, 400_000), rep(4, 400_000), true},
 		{"primary gone", rep(3, 400_000), LoadReport{WindowMillis: 1000}, true},
 		{"first report", LoadReport{}, rep(3, 0), true},
+		{"older, still young", repAged(3, 400_000, 1000), repAged(3, 400_000, 4000), false},
+		{"led long enough to move", repAged(3, 400_000, 4000), repAged(3, 400_000, 5000), true},
 	} {
 		if got := LoadChanged(tc.prev, tc.cur); got != tc.want {
 			t.Errorf("%s: LoadChanged %v, want %v", tc.name, got, tc.want)

@@ -92,28 +92,28 @@ func scheduleInput(snap Snapshot, prefix string) *planInput {
 		in.perItem[i] = append(in.perItem[i], a)
 		in.items[i].Current = append(in.items[i].Current, SchedReplica{Member: m, Slot: a.Slot, State: a.Status.State})
 		if a.Slot == 0 {
-			in.items[i].Load, in.items[i].LoadUnsettled = primaryLoad(snap.Loads, a)
+			it := &in.items[i]
+			it.Load, it.LoadUnsettled, it.LoadYoung = primaryLoad(snap.Loads, a)
 		}
 	}
 	return in
 }
 
 // primaryLoad returns the load of the primary a (slot 0) as its member
-// reported it for a's term, and whether it is unsettled: a live primary
-// whose member reported nothing for this term yet. Without any report at
-// all (members that do not report, or placement by count), nothing is
-// unsettled.
-func primaryLoad(loads map[string]LoadReport, a Assignment) (int64, bool) {
-	if len(loads) == 0 {
-		return 0, false
+// reported it for a's term; whether it is unsettled: a live primary whose
+// member reported nothing for this term yet; and whether it is young: it
+// led for fewer than LoadMinDwellWindows windows when measured. Without
+// any report at all (members that do not report, or placement by count),
+// nothing is unsettled.
+func primaryLoad(loads map[string]LoadReport, a Assignment) (load int64, unsettled, young bool) {
+	if len(loads) == 0 || a.Status.State == StateFailed {
+		return 0, false, false
 	}
-	if a.Status.State == StateFailed {
-		return 0, false
+	r := loads[a.Zone+"/"+a.Member]
+	if p, ok := r.Primaries[a.Item]; ok && p.Term == a.CreateRevision {
+		return p.BusyMicros, false, r.young(p)
 	}
-	if p, ok := loads[a.Zone+"/"+a.Member].Primaries[a.Item]; ok && p.Term == a.CreateRevision {
-		return p.BusyMicros, false
-	}
-	return 0, true
+	return 0, true, false
 }
 
 // planConverge is the pure part of a converge round: it solves the schedule

@@ -37,8 +37,9 @@ var update = flag.Bool("update", false, "rewrite expected blocks of testdata/sce
 //	                        a promoted slot-0 STANDBY reports PRIMARY),
 //	                        all in one transaction
 //	fail I Z/M              the member's replica of I reports FAILED
-//	load Z/M [I=BUSY ...]   the member reports its load: each item I it is primary
-//	                        of now, busy BUSY µs per second (ReportLoad)
+//	load Z/M [I=BUSY[@AGE] ...]  the member reports its load (window 1 s): each item I
+//	                        it is primary of now, busy BUSY µs per second, led for
+//	                        AGE ms (default 60000) (ReportLoad)
 //	exit Z/M                SetExiting
 //	kill Z/M                the member stops and its lease is revoked
 //	converge                wait until the leader has nothing left to do
@@ -308,6 +309,13 @@ func (s *scenario) exec(text string) error {
 		r := LoadReport{WindowMillis: 1000, Primaries: map[string]PrimaryLoad{}}
 		for _, arg := range f[2:] {
 			item, bs, _ := strings.Cut(arg, "=")
+			bs, ages, young := strings.Cut(bs, "@")
+			age := int64(60_000) // led long enough to be moved
+			if young {
+				if age, err = strconv.ParseInt(ages, 10, 64); err != nil {
+					return fmt.Errorf("%s: age: %w", arg, err)
+				}
+			}
 			busy, err := strconv.ParseInt(bs, 10, 64)
 			if err != nil {
 				return fmt.Errorf("%s: busy: %w", arg, err)
@@ -321,7 +329,7 @@ func (s *scenario) exec(text string) error {
 			if term == 0 {
 				return fmt.Errorf("%s is not primary of %s", f[1], item)
 			}
-			r.Primaries[item] = PrimaryLoad{Term: term, BusyMicros: busy}
+			r.Primaries[item] = PrimaryLoad{Term: term, BusyMicros: busy, AgeMillis: age}
 		}
 		return s.member(f[1]).m.ReportLoad(ctx, r)
 	case "exit":

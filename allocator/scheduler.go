@@ -35,6 +35,10 @@ type SchedItem struct {
 	// are not moved for load while any item is unsettled, so a move is
 	// judged only once the moves before it were measured.
 	LoadUnsettled bool
+	// LoadYoung says its primary took over recently (it led for fewer
+	// than LoadMinDwellWindows report windows): it counts, but it is not
+	// moved for load.
+	LoadYoung bool
 }
 
 // Solution is the scheduler's result.

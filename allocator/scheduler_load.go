@@ -9,9 +9,11 @@ package allocator
 // least loadMinExcess), and then moves primaries until the busiest is at
 // most loadTarget times the mean. A move must lower the larger of the two
 // members' loads by at least loadMinGain of the mean, so a measurement's
-// noise never moves a primary, and a primary never moves back and forth
+// small noise moves no primary, and a primary does not move back and forth
 // between two members under steady loads (the move back would have to
-// lower the same maximum again).
+// lower the same maximum again). Against larger noise, members report
+// rates over their last few windows, and a primary that took over less
+// than LoadMinDwellWindows windows ago is not moved again.
 const (
 	loadTrigger   = 1.25
 	loadTarget    = 1.10
@@ -92,7 +94,7 @@ func (s *solver) bestHandOver(h int32, prims []int32, pl []int64, minGain int64)
 	var bestAfter, bestRecv int64
 	for _, i := range prims {
 		w := s.items[i].Load
-		if w <= 0 {
+		if w <= 0 || s.items[i].LoadYoung {
 			continue
 		}
 		base := s.off[i]

@@ -65,6 +65,13 @@ func TestBalanceLoad(t *testing.T) {
 		edit: func(_ []SchedMember, it []SchedItem) { it[3].LoadUnsettled = true },
 		want: []int32{0, 0, 1, 2}, unsettled: 1,
 	}, {
+		name: "a primary that took over lately is not moved; others are",
+		prim: []int{0, 0, 1, 2}, stby: []int{1, 2, 2, 0},
+		load: []int64{800_000, 800_000, 100_000, 100_000},
+		edit: func(_ []SchedMember, it []SchedItem) { it[0].LoadYoung = true },
+		// s1 to m2 (s0 stays on m0): 0.8/0.1/0.9 cores.
+		want: []int32{0, 2, 1, 2}, moves: 1,
+	}, {
 		name: "a standby still catching up does not take over",
 		prim: []int{0, 0, 1, 2}, stby: []int{1, 2, 2, 0},
 		load: []int64{800_000, 800_000, 100_000, 100_000},

@@ -32,7 +32,16 @@ type primaryLoad struct {
 func (pl *primaryLoad) busySince(start time.Time) { pl.busy.Add(int64(time.Since(start))) }
 
 // loadSample is a primaryLoad's counters at one time.
-type loadSample struct{ busy, msgs, bytes int64 }
+type loadSample struct {
+	at                time.Time
+	busy, msgs, bytes int64
+}
+
+// loadSmoothWindows: a report's rates are over a primary's last
+// loadSmoothWindows windows (fewer while it is new): one window's busy
+// time swings widely (a commit's fsync, a burst, the scheduler), and the
+// leader must not move primaries on a swing.
+const loadSmoothWindows = 3
 
 // loadReporter measures the service's primaries every interval and writes
 // the member's load report (allocator.LoadReport) when it changed enough
@@ -46,13 +55,13 @@ type loadReporter struct {
 	live map[*primaryLoad]struct{}
 
 	// The reporter's goroutine only:
-	last    map[*primaryLoad]loadSample // counters at the previous tick
+	last    map[*primaryLoad][]loadSample // counters at the last ticks, oldest first
 	lastAt  time.Time
 	written allocator.LoadReport // the last report written
 }
 
 func newLoadReporter(member *allocator.Member, log hclog.Logger) *loadReporter {
-	return &loadReporter{member: member, log: log, live: map[*primaryLoad]struct{}{}, last: map[*primaryLoad]loadSample{}}
+	return &loadReporter{member: member, log: log, live: map[*primaryLoad]struct{}{}, last: map[*primaryLoad][]loadSample{}}
 }
 
 // add registers a primary of item under term (its slot-0 key's
@@ -99,17 +108,22 @@ func (lr *loadReporter) tick(ctx context.Context, now time.Time) {
 	}
 	lr.mu.Unlock()
 	report := allocator.LoadReport{WindowMillis: window.Milliseconds(), Primaries: map[string]allocator.PrimaryLoad{}}
-	next := make(map[*primaryLoad]loadSample, len(live))
-	perSecond := func(d int64) int64 { return int64(float64(d) / window.Seconds()) }
+	next := make(map[*primaryLoad][]loadSample, len(live))
 	for _, pl := range live {
-		cur := loadSample{busy: pl.busy.Load(), msgs: pl.msgs.Load(), bytes: pl.bytes.Load()}
-		next[pl] = cur
-		prev, whole := lr.last[pl]
-		if !whole {
-			continue
+		cur := loadSample{at: now, busy: pl.busy.Load(), msgs: pl.msgs.Load(), bytes: pl.bytes.Load()}
+		hist := append(lr.last[pl], cur)
+		if len(hist) > loadSmoothWindows+1 {
+			hist = hist[len(hist)-loadSmoothWindows-1:]
 		}
-		report.Primaries[pl.item] = allocator.PrimaryLoad{Term: pl.term,
-			BusyMicros: perSecond(cur.busy-prev.busy) / 1000, Messages: perSecond(cur.msgs - prev.msgs), Bytes: perSecond(cur.bytes - prev.bytes)}
+		next[pl] = hist
+		if len(hist) < 2 {
+			continue // registered within this window: a part window
+		}
+		old := hist[0]
+		secs := now.Sub(old.at).Seconds()
+		perSecond := func(d int64) int64 { return int64(float64(d) / secs) }
+		report.Primaries[pl.item] = allocator.PrimaryLoad{Term: pl.term, AgeMillis: now.Sub(pl.since).Milliseconds(),
+			BusyMicros: perSecond(cur.busy-old.busy) / 1000, Messages: perSecond(cur.msgs - old.msgs), Bytes: perSecond(cur.bytes - old.bytes)}
 	}
 	lr.last, lr.lastAt = next, now
 	if report.WindowMillis <= 0 || !allocator.LoadChanged(lr.written, report) {
