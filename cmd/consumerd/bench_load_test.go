@@ -41,6 +41,13 @@ const loadInFlight = 4096
 // partition of its sequence number's key, with a dedupe id, so an append the
 // WAL retries is stored once.
 func startLoad(tb testing.TB, c *cluster, tp string, partitions, rate int) *load {
+	return startLoadRouted(tb, c, tp, partitions, rate, func(n int) (string, int) { return fmt.Sprint(n), -1 })
+}
+
+// startLoadRouted is startLoad with line n keyed by route(n), which also
+// names the partition the key must land on (-1: any); a line that lands
+// elsewhere fails the load.
+func startLoadRouted(tb testing.TB, c *cluster, tp string, partitions, rate int, route func(n int) (key string, want int)) *load {
 	tb.Helper()
 	op := clusterWAL(tb, c)
 	pub := topic.NewPublisher(op, nil)
@@ -74,13 +81,17 @@ func startLoad(tb testing.TB, c *cluster, tp string, partitions, rate int) *load
 					return
 				}
 				line, n := lines[seq%len(lines)], seq
+				key, want := route(n)
 				inflight.Add(1)
-				msg := message.MutableMessage{Key: fmt.Sprint(n), Payload: []byte(line), DedupeID: fmt.Sprintf("failover-bench/%d", n)}
-				pub.PublishAsync(actx, desc, msg, func(_ topic.Partition, _ message.MessageID, err error) {
+				msg := message.MutableMessage{Key: key, Payload: []byte(line), DedupeID: fmt.Sprintf("bench-load/%s/%d", tp, n)}
+				pub.PublishAsync(actx, desc, msg, func(part topic.Partition, _ message.MessageID, err error) {
 					defer inflight.Done()
 					defer func() { <-sem }()
 					l.mu.Lock()
 					defer l.mu.Unlock()
+					if err == nil && want >= 0 && part.Index != want {
+						err = fmt.Errorf("key %q went to partition %d, not %d", key, part.Index, want)
+					}
 					if err != nil {
 						if l.err == nil {
 							l.err = fmt.Errorf("load: line %d to topic %s: %w", n, tp, err)

@@ -20,7 +20,6 @@ import (
 	"github.com/consumerd/consumerd/internal/benchround"
 	"github.com/consumerd/consumerd/internal/waitfor"
 	"github.com/consumerd/consumerd/topic"
-	"github.com/consumerd/consumerd/wal/message"
 )
 
 // The workload of BenchmarkPlacementSkew: skewShards wordcount shards (one
@@ -213,7 +212,7 @@ func skewRound(b *testing.B, mode string) float64 {
 		churn += fmt.Sprintf(", the hot ones among them (on %v, then %v)", p0, p1)
 	}
 
-	acked, err := load.stop()
+	acked, _, err := load.stop()
 	if err != nil {
 		s.Fatal(err)
 	}
@@ -495,20 +494,10 @@ func hotLag(members []*member, hot []string) string {
 	return strings.Join(parts, " ")
 }
 
-// skewLoad publishes corpus lines to topic "words" of a cluster from this
-// process (one NATS connection, asynchronous appends, as load does) at a
-// fixed rate until stop, skewHotShare tenths of them to the hot partitions
-// (round robin) and the rest round robin over the cold ones.
-type skewLoad struct {
-	cancel context.CancelFunc
-	done   chan struct{}
-
-	mu    sync.Mutex
-	acked int
-	err   error // the first failed append
-}
-
-func startSkewLoad(tb testing.TB, c *cluster, hot, cold []int, rate int) *skewLoad {
+// startSkewLoad publishes corpus lines to topic "words" of c at rate lines
+// a second (startLoadRouted), skewHotShare tenths of them to the hot
+// partitions (round robin) and the rest round robin over the cold ones.
+func startSkewLoad(tb testing.TB, c *cluster, hot, cold []int, rate int) *load {
 	tb.Helper()
 	// A key per partition, by the publisher's own mapping (PartitionFor):
 	// PublishAsync routes each line to the partition chosen for it.
@@ -520,74 +509,11 @@ func startSkewLoad(tb testing.TB, c *cluster, hot, cold []int, rate int) *skewLo
 			found++
 		}
 	}
-	op := clusterWAL(tb, c)
-	pub := topic.NewPublisher(op, nil)
-	lines, _ := corpus(50_000)
-	desc := topic.Description{Name: "words", Partitions: skewShards}
-	ctx, cancel := context.WithCancel(context.Background())
-	l := &skewLoad{cancel: cancel, done: make(chan struct{})}
-	go func() { // owned by l: ends with stop, after its appends and connection
-		defer close(l.done)
-		defer op.Close()
-		defer pub.Close()
-		var inflight sync.WaitGroup
-		defer inflight.Wait()
-		sem := make(chan struct{}, loadInFlight)
-		actx := context.WithoutCancel(ctx)
-		t := time.NewTicker(loadTick)
-		defer t.Stop()
-		start, seq := time.Now(), 0
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			for due := int(time.Since(start).Seconds() * float64(rate)); seq < due; seq++ {
-				select {
-				case sem <- struct{}{}:
-				case <-ctx.Done():
-					return
-				}
-				n := seq
-				var p int
-				if d := n % 10; d < skewHotShare {
-					p = hot[d%len(hot)]
-				} else {
-					p = cold[(n/10)%len(cold)]
-				}
-				inflight.Add(1)
-				msg := message.MutableMessage{Key: keyOf[p], Payload: []byte(lines[n%len(lines)]), DedupeID: fmt.Sprintf("skew-bench/%d", n)}
-				pub.PublishAsync(actx, desc, msg, func(part topic.Partition, _ message.MessageID, err error) {
-					defer inflight.Done()
-					defer func() { <-sem }()
-					l.mu.Lock()
-					defer l.mu.Unlock()
-					if err == nil && part.Index != p {
-						err = fmt.Errorf("key %q went to partition %d, not %d", keyOf[p], part.Index, p)
-					}
-					if err != nil {
-						if l.err == nil {
-							l.err = fmt.Errorf("skew load: line %d: %w", n, err)
-						}
-						return
-					}
-					l.acked++
-				})
-			}
+	return startLoadRouted(tb, c, "words", skewShards, rate, func(n int) (string, int) {
+		p := cold[(n/10)%len(cold)]
+		if d := n % 10; d < skewHotShare {
+			p = hot[d%len(hot)]
 		}
-	}()
-	tb.Cleanup(func() { l.stop() })
-	return l
-}
-
-// stop ends publishing, waits for the appends in flight and the
-// connection, and returns the lines acknowledged; it fails when an append
-// failed. Safe to call more than once.
-func (l *skewLoad) stop() (int, error) {
-	l.cancel()
-	<-l.done
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.acked, l.err
+		return keyOf[p], p
+	})
 }
