@@ -47,17 +47,23 @@ func AssignmentKey(prefix string, a Assignment) string {
 
 // parseMemberKey parses <root>/members/<zone>/<id>.
 func parseMemberKey(prefix, key string) (zone, id string, err error) {
-	rest, ok := strings.CutPrefix(key, membersPrefix(prefix))
+	return parseZoneMember("member", membersPrefix(prefix), key)
+}
+
+// parseZoneMember parses <under><zone>/<member>, a key of a member's own
+// (what names the key's kind in errors).
+func parseZoneMember(what, under, key string) (zone, id string, err error) {
+	rest, ok := strings.CutPrefix(key, under)
 	if !ok {
-		return "", "", fmt.Errorf("member key %q: not under %q", key, membersPrefix(prefix))
+		return "", "", fmt.Errorf("%s key %q: not under %q", what, key, under)
 	}
 	parts := strings.Split(rest, "/")
 	if len(parts) != 2 {
-		return "", "", fmt.Errorf("member key %q: want <zone>/<member> after %q", key, membersPrefix(prefix))
+		return "", "", fmt.Errorf("%s key %q: want <zone>/<member> after %q", what, key, under)
 	}
 	for _, p := range parts {
 		if err := ident.Check(p); err != nil {
-			return "", "", fmt.Errorf("member key %q: %w", key, err)
+			return "", "", fmt.Errorf("%s key %q: %w", what, key, err)
 		}
 	}
 	return parts[0], parts[1], nil

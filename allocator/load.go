@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"strings"
 
 	"github.com/consumerd/consumerd/internal/ident"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -25,20 +24,8 @@ func LoadKey(prefix, zone, id string) string { return LoadsPrefix(prefix) + zone
 
 // parseLoadKey parses <root>/loads/<zone>/<member> into "zone/member".
 func parseLoadKey(prefix, key string) (string, error) {
-	rest, ok := strings.CutPrefix(key, LoadsPrefix(prefix))
-	if !ok {
-		return "", fmt.Errorf("load key %q: not under %q", key, LoadsPrefix(prefix))
-	}
-	parts := strings.Split(rest, "/")
-	if len(parts) != 2 {
-		return "", fmt.Errorf("load key %q: want <zone>/<member> after %q", key, LoadsPrefix(prefix))
-	}
-	for _, p := range parts {
-		if err := ident.Check(p); err != nil {
-			return "", fmt.Errorf("load key %q: %w", key, err)
-		}
-	}
-	return rest, nil
+	zone, id, err := parseZoneMember("load", LoadsPrefix(prefix), key)
+	return zone + "/" + id, err
 }
 
 // LoadReport is the value of <root>/loads/<zone>/<member>: what the member's

@@ -171,21 +171,7 @@ func skewRound(b *testing.B, mode string) float64 {
 	}
 	// Measure once every hot primary, where it now is, has committed since
 	// the load began (load mode: since the hand-overs were done).
-	waitfor.Every(s, 100*time.Millisecond, 60*time.Second, "every hot primary to commit the load", func() (bool, string) {
-		n := 0
-		for _, m := range members {
-			st, err := memberStatus(m)
-			if err != nil {
-				return false, err.Error()
-			}
-			for _, r := range st.Replicas {
-				if slices.Contains(hot, r.Shard) && r.Slot == 0 && r.State == "PRIMARY" && r.LastCommit != nil && r.LastCommit.After(ready) {
-					n++
-				}
-			}
-		}
-		return n == skewHot, fmt.Sprintf("%d of %d hot primaries committed since %s", n, skewHot, ready.Format(time.StampMilli))
-	})
+	waitCommittedSince(s, members, ready, skewHot, func(id string) bool { return slices.Contains(hot, id) })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	before, err := c.assignments(ctx)

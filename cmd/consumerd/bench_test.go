@@ -103,21 +103,7 @@ func benchFailover(b *testing.B, ttl time.Duration) {
 
 	load := startLoad(b, c, "words", nShards, failoverLoad)
 	loadStart := time.Now()
-	waitfor.Every(b, benchPoll, 60*time.Second, "every primary to commit the load", func() (bool, string) {
-		n := 0
-		for _, m := range members {
-			st, err := memberStatus(m)
-			if err != nil {
-				return false, err.Error()
-			}
-			for _, r := range st.Replicas {
-				if r.Slot == 0 && r.State == "PRIMARY" && r.LastCommit != nil && r.LastCommit.After(loadStart) {
-					n++
-				}
-			}
-		}
-		return n == nShards, fmt.Sprintf("%d of %d primaries committed since the load began", n, nShards)
-	})
+	waitCommittedSince(b, members, loadStart, nShards, func(string) bool { return true })
 
 	logs := clusterWAL(b, c) // reads the recovery logs: the exact first commits
 	defer logs.Close()
@@ -376,6 +362,27 @@ func checkCommitted(tb testing.TB, members []*member, victim *member, shard stri
 			}
 		}
 		return false, fmt.Sprintf("no PRIMARY of %s reports a commit at or after %s", shard, at.Format(time.StampMicro))
+	})
+}
+
+// waitCommittedSince waits until want primaries of the shards that count
+// says count, on any of members, have committed since since.
+func waitCommittedSince(tb testing.TB, members []*member, since time.Time, want int, count func(shard string) bool) {
+	tb.Helper()
+	waitfor.Every(tb, benchPoll, 60*time.Second, "the primaries to commit the load", func() (bool, string) {
+		n := 0
+		for _, m := range members {
+			st, err := memberStatus(m)
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, r := range st.Replicas {
+				if count(r.Shard) && r.Slot == 0 && r.State == "PRIMARY" && r.LastCommit != nil && r.LastCommit.After(since) {
+					n++
+				}
+			}
+		}
+		return n == want, fmt.Sprintf("%d of %d primaries committed since %s", n, want, since.Format(time.StampMilli))
 	})
 }
 
